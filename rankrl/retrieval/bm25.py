@@ -1,0 +1,174 @@
+"""BM25 through pyserini (Lucene/Anserini), the first stage of Rank-R1 on TREC DL and BRIGHT.
+
+The index is built by Anserini's ``IndexCollection`` (what ``python -m pyserini.index.lucene`` runs) in a child
+JVM started from the ``java`` binary that ``rankrl.retrieval.java`` found: its options are then ours, not
+pyserini's, and an indexing crash cannot take the training process with it. Searching uses pyserini's
+``LuceneSearcher`` in-process with ``set_bm25(k1, b)`` and ``batch_search``.
+
+An index folder is named by a content hash of the corpus, so a second call with the same documents reuses it.
+BRIGHT evaluates each task on its own corpus: build one retriever per task, e.g.
+``{task: PyseriniBM25(docs, name=f"bright-{task}") for task, docs in corpora.items()}``, and drop each
+query's ``excluded_ids`` with ``rankrl.retrieval.base.search_excluding``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from rankrl.data.records import Document, Run
+from rankrl.retrieval.base import (
+    check_k,
+    check_unique_ids,
+    corpus_fingerprint,
+    default_cache_dir,
+    document_text,
+)
+from rankrl.retrieval.java import anserini_jar, configure_java, jvm_options, start_jvm
+
+if TYPE_CHECKING:
+    from pyserini.search.lucene import LuceneSearcher
+
+log = logging.getLogger(__name__)
+
+_META = "rankrl_index.json"
+
+
+def write_json_collection(docs: Sequence[Document], folder: Path) -> Path:
+    """Write ``docs`` as an Anserini JsonCollection (one ``{"id", "contents"}`` object per line)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "docs.jsonl"
+    with path.open("w", encoding="utf-8") as f:
+        for doc in docs:
+            f.write(json.dumps({"id": doc.docid, "contents": document_text(doc)}, ensure_ascii=False) + "\n")
+    return path
+
+
+def run_anserini_indexer(collection_dir: Path, index_dir: Path, threads: int) -> None:
+    """Index a JsonCollection folder with Anserini's default English analyzer (Porter stemming, stopwords)."""
+    home = configure_java()
+    cmd = [
+        str(home / "bin" / "java"),
+        *jvm_options(home),
+        "-cp",
+        str(anserini_jar()),
+        "io.anserini.index.IndexCollection",
+        "-collection", "JsonCollection",
+        "-generator", "DefaultLuceneDocumentGenerator",
+        "-input", str(collection_dir),
+        "-index", str(index_dir),
+        "-threads", str(threads),
+        "-storePositions", "-storeDocvectors", "-storeRaw",
+    ]  # fmt: skip
+    log.info("indexing: %s", " ".join(cmd))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
+    if proc.returncode != 0 or not any(index_dir.glob("segments_*")):
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-20:])
+        raise RuntimeError(f"Anserini indexing failed (exit {proc.returncode}) for {collection_dir}:\n{tail}")
+
+
+def build_lucene_index(
+    docs: Sequence[Document],
+    cache_dir: str | Path | None = None,
+    name: str = "bm25",
+    threads: int = 2,
+) -> Path:
+    """Build (or reuse) a Lucene index of ``docs`` under ``<cache_dir>/lucene/<name>-<hash>``; returns it.
+
+    The folder appears only once complete (built beside it, then renamed), so an interrupted build is never
+    mistaken for a finished one, and two processes building the same corpus do not corrupt each other.
+    """
+    check_unique_ids(d.docid for d in docs)
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    root = root / "lucene"
+    settings = {"analyzer": "anserini-default-english", "jar": anserini_jar().name}
+    final = root / f"{name}-{corpus_fingerprint(docs, settings)}"
+    if (final / _META).exists():
+        log.info("reusing Lucene index %s", final)
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=root, prefix=f".{name}-building-"))
+    try:
+        collection = write_json_collection(docs, work / "collection").parent
+        run_anserini_indexer(collection, work / "index", threads)
+        (work / "index" / _META).write_text(json.dumps({"num_docs": len(docs), "name": name, **settings}))
+        try:
+            os.replace(work / "index", final)
+        except OSError:
+            if not (final / _META).exists():  # a concurrent build that finished first is as good as ours
+                raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return final
+
+
+def open_searcher(index_dir: Path, k1: float, b: float) -> "LuceneSearcher":
+    """A pyserini LuceneSearcher over ``index_dir`` with BM25(k1, b)."""
+    start_jvm()  # before the first pyserini import, so the JVM gets options this JDK supports
+    from pyserini.search.lucene import LuceneSearcher
+
+    searcher = LuceneSearcher(str(index_dir))
+    searcher.set_bm25(k1, b)
+    return searcher
+
+
+class PyseriniBM25:
+    """BM25 over a Lucene index (Anserini defaults k1=0.9, b=0.4 as used for MS MARCO passage and BRIGHT).
+
+    Args:
+        docs: corpus to index now; or call ``index`` later (Hydra builds this with ``_partial_``).
+        k1, b: BM25 parameters.
+        threads: indexing and ``batch_search`` threads.
+        cache_dir: index cache root (default ``$RANKRL_CACHE_DIR`` or ``~/.cache/rankrl``).
+        name: prefix of the index folder, e.g. ``bright-biology`` for one of BRIGHT's per-task indexes.
+    """
+
+    def __init__(
+        self,
+        docs: Sequence[Document] | None = None,
+        *,
+        k1: float = 0.9,
+        b: float = 0.4,
+        threads: int = 2,
+        cache_dir: str | Path | None = None,
+        name: str = "bm25",
+    ) -> None:
+        self.k1, self.b, self.threads = k1, b, threads
+        self.cache_dir, self.name = cache_dir, name
+        self.index_dir: Path | None = None
+        self._searcher: Any = None
+        if docs is not None:
+            self.index(docs)
+
+    def index(self, docs: Sequence[Document]) -> None:
+        """Build or reuse the index of ``docs`` and open a searcher on it."""
+        self.load(build_lucene_index(docs, self.cache_dir, self.name, self.threads))
+
+    def load(self, index_dir: str | Path) -> None:
+        """Open an existing Lucene index (e.g. one built by Anserini elsewhere)."""
+        self.index_dir = Path(index_dir)
+        self._searcher = open_searcher(self.index_dir, self.k1, self.b)
+
+    @property
+    def num_docs(self) -> int:
+        """Documents in the open index (Anserini skips documents whose text is empty)."""
+        return int(self._require().num_docs)
+
+    def search(self, queries: Mapping[str, str], k: int) -> Run:
+        """Top-``k`` BM25 documents per query; queries with no matching term get an empty ranking."""
+        check_k(k)
+        searcher = self._require()
+        qids = list(queries)
+        hits = searcher.batch_search([queries[q] for q in qids], qids, k=k, threads=self.threads)
+        return {q: {h.docid: float(h.score) for h in hits.get(q, [])} for q in qids}
+
+    def _require(self) -> Any:
+        if self._searcher is None:
+            raise RuntimeError("PyseriniBM25 has no index: pass docs to the constructor or call index(docs)")
+        return self._searcher

@@ -1,0 +1,126 @@
+"""Text -> image retrieval with a frozen open_clip model: GRAPE's retriever and the source of its rank reward.
+
+Images are encoded once into a faiss flat inner-product index over normalised embeddings; a (rewritten) query
+is encoded as text and scored against every image, so ``rank_of`` gives the target's rank over the whole corpus.
+``pretrained=None`` builds a randomly initialised model (enough to test the code path on a machine without
+weights); real runs name open_clip weights, e.g. ``arch="ViT-B-16", pretrained="openai"``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from rankrl.data.records import Document, Run
+from rankrl.retrieval.base import check_k, check_unique_ids
+from rankrl.retrieval.vector_index import VectorIndex, split_queries
+
+
+def batched(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
+    """Consecutive slices of ``items`` of at most ``size`` elements."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def load_image(doc: Document) -> Any:
+    """The PIL image of an image document: ``extra['image']`` (a PIL image) or ``extra['image_path']``."""
+    from PIL import Image
+
+    if "image" in doc.extra:
+        return doc.extra["image"]
+    if "image_path" in doc.extra:
+        with Image.open(Path(doc.extra["image_path"])) as img:
+            return img.convert("RGB")
+    raise KeyError(f"document {doc.docid!r} has neither extra['image'] nor extra['image_path']")
+
+
+class ClipRetriever:
+    """Frozen open_clip dual encoder over an image corpus.
+
+    Args:
+        docs: image documents to index now (``extra['image_path']`` or ``extra['image']``); or call ``index``.
+        arch: open_clip model name, e.g. ``ViT-B-32``, ``ViT-B-16``, ``ViT-L-14``.
+        pretrained: open_clip weight tag (``openai``, ``laion2b_s34b_b79k``, ...) or a checkpoint path;
+            None = random initialisation.
+        batch_size: images / texts per forward pass.
+        device: torch device; None = CUDA when available.
+    """
+
+    def __init__(
+        self,
+        docs: Sequence[Document] | None = None,
+        *,
+        arch: str = "ViT-B-32",
+        pretrained: str | None = None,
+        batch_size: int = 64,
+        device: str | None = None,
+    ) -> None:
+        import open_clip
+
+        if arch not in open_clip.list_models():
+            raise ValueError(f"unknown open_clip arch {arch!r}; valid: {open_clip.list_models()}")
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        model, _, preprocess = open_clip.create_model_and_transforms(arch, pretrained=pretrained)
+        self.model = model.to(self.device).eval()
+        self.preprocess = preprocess
+        self.tokenizer = open_clip.get_tokenizer(arch)
+        self.batch_size = batch_size
+        self._index: VectorIndex | None = None
+        if docs is not None:
+            self.index(docs)
+
+    @torch.no_grad()
+    def encode_images(self, images: Sequence[Any]) -> np.ndarray:
+        """(B, d) unit-length embeddings of PIL images."""
+        out = []
+        for chunk in batched(images, self.batch_size):
+            pixels = torch.stack([self.preprocess(img) for img in chunk]).to(self.device)  # (b, 3, H, W)
+            out.append(self.model.encode_image(pixels, normalize=True).float().cpu().numpy())
+        return np.concatenate(out)
+
+    @torch.no_grad()
+    def encode_texts(self, texts: Sequence[str]) -> np.ndarray:
+        """(B, d) unit-length embeddings of texts (truncated to the model's context length)."""
+        out = []
+        for chunk in batched(list(texts), self.batch_size):
+            tokens = self.tokenizer(list(chunk)).to(self.device)  # (b, context_length)
+            out.append(self.model.encode_text(tokens, normalize=True).float().cpu().numpy())
+        return np.concatenate(out)
+
+    def index(self, docs: Sequence[Document]) -> None:
+        """Encode the images of ``docs`` and index them; replaces any previous corpus."""
+        ids = check_unique_ids(d.docid for d in docs)
+        self.index_images(ids, [load_image(d) for d in docs])
+
+    def index_images(self, ids: Sequence[str], images: Sequence[Any]) -> None:
+        """Index PIL images under ``ids`` directly (no Document wrapping)."""
+        if len(ids) != len(images):
+            raise ValueError(f"{len(ids)} ids but {len(images)} images")
+        self._index = VectorIndex(ids, self.encode_images(images))
+
+    def search(self, queries: Mapping[str, str], k: int) -> Run:
+        """Top-``k`` images per text query by cosine similarity: qid -> image id -> score."""
+        check_k(k)
+        qids, texts = split_queries(queries)
+        return self._require().search(qids, self.encode_texts(texts), k)
+
+    def rank_of(self, texts: Sequence[str], target_ids: Sequence[str]) -> list[int]:
+        """1-based rank of image ``target_ids[i]`` for ``texts[i]`` among all N indexed images."""
+        return self._require().rank_of(self.encode_texts(texts), target_ids).tolist()
+
+    def similarity(self, texts: Sequence[str], target_ids: Sequence[str]) -> list[float]:
+        """Cosine similarity of ``texts[i]`` with image ``target_ids[i]`` (GRAPE's similarity-reward ablation)."""
+        return self._require().similarity(self.encode_texts(texts), target_ids).tolist()
+
+    @property
+    def image_vectors(self) -> np.ndarray:
+        """(N, d) normalised image embeddings, in index order."""
+        return self._require().vectors
+
+    def _require(self) -> VectorIndex:
+        if self._index is None:
+            raise RuntimeError("ClipRetriever has no index: pass docs to the constructor or call index(docs)")
+        return self._index

@@ -1,0 +1,88 @@
+"""From rollouts to padded tensors, and per-token log-probs under a policy.
+
+Layout (as TRL): prompts left-padded to P, completions right-padded to T, so completion token t of
+every row sits at column P + t and its logit at column P + t - 1. Position ids come from the
+attention mask, the same convention `generate` uses, so the trainer's log-probs match the sampler's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from rankrl.rollout.base import Rollouts
+
+
+@dataclass
+class PolicyBatch:
+    """N rows of prompt + completion.
+
+    Args:
+        input_ids: (N, P+T) prompt left-padded, completion right-padded.
+        attention_mask: (N, P+T) 1 on real tokens.
+        response_mask: (N, T) 1 on completion tokens.
+        prompt_len: P.
+        sampler_logprobs: (N, T) log-probs the rollout engine reported (0 on padding).
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    response_mask: torch.Tensor
+    prompt_len: int
+    sampler_logprobs: torch.Tensor
+
+    def rows(self, start: int, stop: int) -> "PolicyBatch":
+        """A micro-batch of rows [start, stop)."""
+        return PolicyBatch(
+            input_ids=self.input_ids[start:stop],
+            attention_mask=self.attention_mask[start:stop],
+            response_mask=self.response_mask[start:stop],
+            prompt_len=self.prompt_len,
+            sampler_logprobs=self.sampler_logprobs[start:stop],
+        )
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+
+def to_policy_batch(rollouts: Rollouts, pad_token_id: int) -> PolicyBatch:
+    """Pad a rollout batch into the tensors the loss needs."""
+    n = len(rollouts)
+    p = max(len(ids) for ids in rollouts.prompt_ids)
+    t = max(1, max(len(ids) for ids in rollouts.completion_ids))
+    input_ids = torch.full((n, p + t), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((n, p + t), dtype=torch.long)
+    response_mask = torch.zeros((n, t), dtype=torch.float32)
+    sampler_logprobs = torch.zeros((n, t), dtype=torch.float32)
+    for i, (prompt, completion, logps) in enumerate(
+        zip(rollouts.prompt_ids, rollouts.completion_ids, rollouts.logprobs)
+    ):
+        input_ids[i, p - len(prompt) : p] = torch.tensor(prompt, dtype=torch.long)
+        attention_mask[i, p - len(prompt) : p] = 1
+        if completion:
+            input_ids[i, p : p + len(completion)] = torch.tensor(completion, dtype=torch.long)
+            attention_mask[i, p : p + len(completion)] = 1
+            response_mask[i, : len(completion)] = 1.0
+            sampler_logprobs[i, : len(logps)] = torch.tensor(logps, dtype=torch.float32)
+    return PolicyBatch(input_ids, attention_mask, response_mask, p, sampler_logprobs)
+
+
+def token_logprobs(model: torch.nn.Module, batch: PolicyBatch, temperature: float = 1.0) -> torch.Tensor:
+    """Log-prob of each completion token under ``model``: (N, T), 0 where ``response_mask`` is 0.
+
+    Logits are divided by the sampling temperature, as the sampler's were, so ratios compare like with like.
+    """
+    position_ids = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
+    p = batch.prompt_len
+    # only the logits that predict completion tokens are needed: columns P-1 .. P+T-2
+    logits = model(
+        input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=position_ids,
+        logits_to_keep=batch.response_mask.shape[1] + 1,
+    ).logits[:, :-1, :]
+    if temperature > 0 and temperature != 1.0:
+        logits = logits / temperature
+    targets = batch.input_ids[:, p:]
+    logps = torch.gather(F.log_softmax(logits.float(), dim=-1), 2, targets.unsqueeze(-1)).squeeze(-1)
+    return logps * batch.response_mask

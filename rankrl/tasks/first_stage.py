@@ -1,0 +1,60 @@
+"""Score a benchmark's first-stage run as it is: the BM25 (or other) baseline row of a ranking table.
+
+No model is involved (``uses_model = False``), so evaluation entry points skip loading one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from rankrl.data.records import Run
+
+
+class FirstStageTask:
+    """Evaluate ``benchmark.runs[run]`` with the benchmark's relevance level.
+
+    Args:
+        benchmark: benchmark name (``rankrl.data.load_benchmark``).
+        data_dir: where prepared data lives.
+        run: which first-stage run of the benchmark to score.
+        measures: ir_measures names.
+        depth: cut the run to its top ``depth`` before scoring (None = as it is).
+    """
+
+    name = "first_stage"
+    uses_model = False
+
+    def __init__(self, benchmark: str, data_dir: str | Path, run: str = "bm25",
+                 measures: Sequence[str] = ("nDCG@10",), depth: int | None = None) -> None:
+        from rankrl.data import load_benchmark
+
+        self.benchmark = load_benchmark(benchmark, data_dir)
+        if run not in self.benchmark.runs:
+            raise ValueError(f"benchmark {benchmark!r} has no first-stage run {run!r}; "
+                             f"valid: {sorted(self.benchmark.runs) or 'none (it ships no run)'}")
+        self.run_name, self.measures, self.depth = run, list(measures), depth
+
+    def train_examples(self) -> list:
+        raise TypeError("first_stage is an evaluation-only task: use `python -m rankrl.evaluate`")
+
+    def score(self, examples, completions):
+        raise TypeError("first_stage is an evaluation-only task")
+
+    def evaluate(self, generate: Any = None, split: str = "test", limit: int | None = None) -> dict[str, Any]:
+        from rankrl.eval.metrics import evaluate_run
+        from rankrl.retrieval.base import drop_excluded
+
+        qids = self.benchmark.splits[split][:limit] if limit else self.benchmark.splits[split]
+        run = {q: self.benchmark.runs[self.run_name].get(q, {}) for q in qids}
+        excluded = {q: self.benchmark.queries[q].extra.get("excluded_ids", ()) for q in qids}
+        run = _top(drop_excluded(run, excluded), self.depth)
+        qrels = {q: self.benchmark.qrels[q] for q in qids if q in self.benchmark.qrels}
+        metrics = evaluate_run(run, qrels, self.measures, relevance_level=self.benchmark.relevance_level)
+        return {"metrics": metrics, "run": run, "num_queries": len(qrels)}
+
+
+def _top(run: Run, depth: int | None) -> Run:
+    if depth is None:
+        return run
+    return {q: dict(sorted(docs.items(), key=lambda kv: -kv[1])[:depth]) for q, docs in run.items()}

@@ -1,0 +1,440 @@
+"""Rank-R1: a Setwise reranker that reasons before it answers, trained with GRPO (Zhuang et al., 2025).
+
+The method, in the order of the paper:
+1. Setwise prompt: a query and c candidate passages labelled [1]..[c]; the model answers the label of the
+   most relevant one. Rank-R1 adds an instruction to reason first: ``<think>...</think><answer>[k]</answer>``.
+2. Reward: 1 if the output matches the format and the label is the gold passage, else 0. Nothing rewards
+   the reasoning itself: GRPO alone has to find reasoning that helps.
+3. Training data: an MS MARCO query, its relevant passage and 19 BM25 negatives, shuffled (c = 20).
+4. Inference: Setwise heap sort over the BM25 top-100 (num_child = 19, top k = 10); each heap step is one
+   LLM call that picks the most relevant of a node and its children.
+
+Official code: ielab/llm-rankers (``llmrankers/setwise.py``, ``Rank-R1/``); its prompts are copied into
+``prompts/rankr1.toml``. Where this module departs from it, the docstring says so.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import tomllib
+from collections import abc
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+from rankrl.data.records import Benchmark, Document, Run
+from rankrl.rollout.base import Generator, Messages
+from rankrl.tasks.base import Example, Scores
+
+_TOML = tomllib.loads((Path(__file__).parent / "prompts" / "rankr1.toml").read_text())
+PROMPTS: dict[bool, dict[str, str]] = {True: _TOML["setwise_r1"], False: _TOML["setwise"]}  # key: reasoning
+
+# ---- 1. Prompts -------------------------------------------------------------------------------------------
+
+
+def setwise_messages(query: str, passages: Sequence[str], reasoning: bool = True) -> Messages:
+    """System + user chat prompt listing ``passages`` as ``[1] text`` .. ``[c] text``, one per line."""
+    prompt = PROMPTS[reasoning]
+    docs = "\n".join(f"[{i + 1}] {text}" for i, text in enumerate(passages))
+    user = prompt["user"].format(query=query, docs=docs)
+    return [{"role": "system", "content": prompt["system"]}, {"role": "user", "content": user}]
+
+
+def truncate(text: str, tokenizer: Any, max_tokens: int | None) -> str:
+    """The first ``max_tokens`` tokens of ``text``, round-tripped through the tokenizer as llm-rankers'
+    ``SetwiseLlmRanker.truncate`` does; ``None`` (or no tokenizer) keeps the text."""
+    if max_tokens is None or tokenizer is None:
+        return text
+    return tokenizer.convert_tokens_to_string(tokenizer.tokenize(text)[:max_tokens])
+
+
+# ---- 2. Parsing and reward ---------------------------------------------------------------------------------
+
+
+def _answer_span(text: str, reasoning: bool, lower: bool) -> str | None:
+    """Group 1 of the first match of the official pattern, stripped; ``None`` when nothing matches."""
+    if not isinstance(text, str):
+        return None
+    match = re.search(PROMPTS[reasoning]["pattern"], text.lower() if lower else text, re.DOTALL)
+    return match.group(1).strip() if match else None
+
+
+def parse_answer(text: str, num_candidates: int, reasoning: bool = True) -> int | None:
+    """0-based index of the answered label, or ``None`` when the output is malformed.
+
+    As ``R1SetwiseLlmRanker.compare`` (Rank-R1/run_setwise.py): the first match of the prompt's pattern in
+    the lower-cased output must hold exactly one of ``[1]``..``[num_candidates]``. A missing tag, an empty
+    answer, ``3``, ``[1] [2]`` or a label out of range give ``None``; of several answers the first counts.
+    """
+    span = _answer_span(text, reasoning, lower=True)
+    labels = [f"[{i + 1}]" for i in range(num_candidates)]
+    return labels.index(span) if span in labels else None
+
+
+def format_ok(text: str, num_candidates: int, reasoning: bool = True) -> bool:
+    """Whether the output has the prescribed tags around a valid label."""
+    return parse_answer(text, num_candidates, reasoning) is not None
+
+
+def rank_r1_reward(completion: str, gold_index: int, reasoning: bool = True) -> float:
+    """1.0 if the format matches and the answer is the gold label, else 0.0. Never raises.
+
+    Exactly ``reward_func_setwise`` (Rank-R1/train_grpo.py): case-sensitive ``re.search`` with DOTALL of
+    ``<think>.*?</think>\\s*<answer>(.*?)</answer>``, then ``"[gold]" == answer.strip()``.
+    """
+    return float(_answer_span(completion, reasoning, lower=False) == f"[{gold_index + 1}]")
+
+
+# ---- 3. Setwise heap sort ----------------------------------------------------------------------------------
+
+Comparison = tuple[str, list[Document]]  # (query, candidates): which candidate is the most relevant?
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A judge's answer to one comparison: the index of the chosen candidate, and what it cost."""
+
+    choice: int
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    parsed: bool = True
+
+
+Judge = Callable[[Sequence[Comparison]], Sequence[Verdict]]
+SortSteps = abc.Generator[list[Comparison], list[Verdict], Any]  # yields comparisons, is sent their verdicts
+
+
+@dataclass
+class SortCost:
+    """LLM cost of reranking one query: comparisons (= prompts), judge rounds it took part in, tokens."""
+
+    comparisons: int = 0
+    batches: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    parse_failures: int = 0
+
+    def add(self, verdicts: Sequence[Verdict]) -> None:
+        self.comparisons += len(verdicts)
+        self.batches += 1
+        self.prompt_tokens += sum(v.prompt_tokens for v in verdicts)
+        self.completion_tokens += sum(v.completion_tokens for v in verdicts)
+        self.parse_failures += sum(not v.parsed for v in verdicts)
+
+
+def _sift_down(query: str, heap: list[Document], n: int, roots: list[int], m: int) -> SortSteps:
+    """Sift the roots of disjoint subtrees of the m-ary heap ``heap[:n]`` down, in lockstep.
+
+    A step compares a node with its children (llm-rankers ``heapify``); the winner moves up, the demoted
+    node goes on one level down. Disjoint subtrees share no slot, so their steps can share a judge batch and
+    the result equals running them one after another.
+    """
+    active = [i for i in roots if m * i + 1 < n]
+    while active:
+        verdicts = yield [(query, [heap[i], *heap[m * i + 1 : min(m * i + m + 1, n)]]) for i in active]
+        moved = []
+        for i, verdict in zip(active, verdicts, strict=True):
+            slots = [i, *range(m * i + 1, min(m * i + m + 1, n))]
+            if not 0 <= verdict.choice < len(slots):
+                raise ValueError(f"judge chose candidate {verdict.choice}; valid: 0..{len(slots) - 1}")
+            j = slots[verdict.choice]
+            if j != i:
+                heap[i], heap[j] = heap[j], heap[i]
+                moved += [j] if m * j + 1 < n else []
+        active = moved
+
+
+def _levels_bottom_up(n: int, m: int) -> list[list[int]]:
+    """Internal nodes of an m-ary heap of n items grouped by depth, deepest level first."""
+    depth = [0] * n
+    for i in range(1, n):
+        depth[i] = depth[(i - 1) // m] + 1
+    levels: dict[int, list[int]] = {}
+    for i in reversed(range((n - 2) // m + 1) if n > 1 else range(0)):  # the order of llm-rankers' build loop
+        levels.setdefault(depth[i], []).append(i)
+    return [levels[d] for d in sorted(levels, reverse=True)]
+
+
+def setwise_heapsort_steps(query: str, docs: Sequence[Document], num_child: int = 19, k: int = 10
+                           ) -> SortSteps:
+    """llm-rankers ``heapSort`` + ``rerank`` as a coroutine that yields batches of comparisons.
+
+    Build a num_child-ary max-heap bottom-up, one batch per level (sibling subtrees are disjoint), then pop
+    the top ``k`` (each pop's sift-down is sequential). Returns docids: the top k in the judged order, then
+    every other doc in its first-stage order.
+    """
+    if num_child < 1 or k < 1:
+        raise ValueError(f"num_child and k must be >= 1, got num_child={num_child}, k={k}")
+    if len({d.docid for d in docs}) != len(docs):
+        raise ValueError(f"duplicate docids in the ranking of query {query!r}")
+    heap, n = list(docs), len(docs)
+    for level in _levels_bottom_up(n, num_child):
+        yield from _sift_down(query, heap, n, level, num_child)
+    for end in range(n - 1, 0, -1):
+        heap[0], heap[end] = heap[end], heap[0]
+        if n - end == k:
+            break
+        yield from _sift_down(query, heap, end, [0], num_child)
+    top = [d.docid for d in reversed(heap)][:k]
+    chosen = set(top)
+    return top + [d.docid for d in docs if d.docid not in chosen]
+
+
+def rerank_setwise(jobs: Sequence[tuple[str, Sequence[Document]]], judge: Judge, num_child: int = 19,
+                   k: int = 10) -> tuple[list[list[str]], list[SortCost], int]:
+    """Heap-sort several (query, first-stage candidates) jobs at once: each judge call carries every job's
+    pending comparisons. Returns the reranked docids and cost per job, and the number of judge calls."""
+    sorts = [setwise_heapsort_steps(q, docs, num_child, k) for q, docs in jobs]
+    rankings: list[list[str]] = [[] for _ in jobs]
+    costs = [SortCost() for _ in jobs]
+    pending: dict[int, list[Comparison]] = {}
+
+    def advance(j: int, verdicts: list[Verdict] | None) -> None:
+        try:
+            pending[j] = sorts[j].send(verdicts)
+        except StopIteration as done:
+            rankings[j] = done.value
+            pending.pop(j, None)
+
+    for j in range(len(sorts)):
+        advance(j, None)
+    calls = 0
+    while pending:
+        order = list(pending)
+        batch = [c for j in order for c in pending[j]]
+        verdicts = list(judge(batch))
+        calls += 1
+        if len(verdicts) != len(batch):
+            raise ValueError(f"judge returned {len(verdicts)} verdicts for {len(batch)} comparisons")
+        start = 0
+        for j in order:
+            mine = verdicts[start : start + len(pending[j])]
+            start += len(mine)
+            costs[j].add(mine)
+            advance(j, mine)
+    return rankings, costs, calls
+
+
+def setwise_heapsort(query: str, docs: Sequence[Document], judge: Judge, num_child: int = 19,
+                     k: int = 10) -> list[str]:
+    """Rerank one query's candidates with the Setwise heap sort; returns docids, best first."""
+    return rerank_setwise([(query, docs)], judge, num_child, k)[0][0]
+
+
+def llm_judge(generate: Generator, reasoning: bool = True, shuffle: bool = True, seed: int = 0) -> Judge:
+    """A judge that asks the LLM one Setwise prompt per comparison, a whole batch in one ``generate``.
+
+    ``shuffle``: as ``R1SetwiseLlmRanker.compare`` (``random.sample`` even with one permutation) candidates
+    are shown in random order, here seeded by the comparison itself so batching cannot change it. Fallback
+    as llm-rankers ``heapify``: an unparseable answer picks candidate 0, the heap node, so nothing moves.
+    """
+
+    def judge(comparisons: Sequence[Comparison]) -> list[Verdict]:
+        orders = [list(range(len(cands))) for _, cands in comparisons]
+        for (query, cands), order in zip(comparisons, orders):
+            if shuffle:
+                random.Random("|".join([str(seed), query, *(d.docid for d in cands)])).shuffle(order)
+        prompts = [setwise_messages(q, [cands[i].text for i in order], reasoning)
+                   for (q, cands), order in zip(comparisons, orders)]
+        verdicts = []
+        for order, gen in zip(orders, generate(prompts), strict=True):
+            label = parse_answer(gen.text, len(order), reasoning)
+            choice = order[label] if label is not None else 0
+            verdicts.append(Verdict(choice, gen.prompt_tokens, gen.completion_tokens, label is not None))
+        return verdicts
+
+    return judge
+
+
+# ---- 4. Training data --------------------------------------------------------------------------------------
+
+CONSTRUCTIONS = ("msmarco", "judged_pool")
+
+
+def passage_text(benchmark: Benchmark, docid: str) -> str:
+    """``title text`` of a passage, as llm-rankers builds it from the index (title only when present)."""
+    if docid not in benchmark.corpus:
+        raise KeyError(f"benchmark {benchmark.name!r} has no text for docid {docid!r}: Setwise prompts need "
+                       "passage text; load the benchmark with its corpus (or the first-stage run with text)")
+    doc = benchmark.corpus[docid]
+    return f"{doc.title} {doc.text}" if doc.title else doc.text
+
+
+def first_stage_ranking(benchmark: Benchmark, qid: str, run_name: str = "bm25") -> list[str]:
+    """A query's first-stage docids, best first (ties in run order), without its ``excluded_ids``: BRIGHT's
+    rule, applied before reranking as in Rank-R1/bright/filter_run.py."""
+    if run_name not in benchmark.runs:
+        raise KeyError(f"benchmark {benchmark.name!r} has no run {run_name!r}; has: {sorted(benchmark.runs)}")
+    scores = benchmark.runs[run_name].get(qid, {})
+    query = benchmark.queries.get(qid)
+    excluded = set(query.extra.get("excluded_ids", ())) if query else set()
+    return [d for d in sorted(scores, key=lambda d: -scores[d]) if d not in excluded]
+
+
+def training_pool(benchmark: Benchmark, qid: str, pool_depth: int = 100) -> list[str]:
+    """A query's training candidates: ``extra['candidates']`` when the loader sampled them (rankrl.data's
+    msmarco-train: 1 positive + 19 Tevatron BM25 negatives), else its first-stage top ``pool_depth``."""
+    query = benchmark.queries.get(qid)
+    candidates = query.extra.get("candidates") if query else None
+    return list(candidates) if candidates is not None else first_stage_ranking(benchmark, qid)[:pool_depth]
+
+
+def setwise_example(uid: str, query: str, positive: str, negatives: Sequence[str], passages: dict[str, str],
+                    num_candidates: int, rng: random.Random, reasoning: bool = True) -> Example:
+    """One GRPO prompt as Rank-R1/create_dataset.py builds it: shuffle the negatives, keep c-1, put the
+    positive first, shuffle the c candidates, remember where the positive went (``target['gold']``)."""
+    negs = list(negatives)
+    rng.shuffle(negs)
+    docids = [positive, *negs[: num_candidates - 1]]
+    order = list(range(len(docids)))
+    rng.shuffle(order)
+    docids = [docids[i] for i in order]
+    messages = setwise_messages(query, [passages[d] for d in docids], reasoning)
+    return Example(uid, messages, {"gold": order.index(0), "num_candidates": len(docids), "docids": docids})
+
+
+def setwise_training_examples(
+    benchmark: Benchmark, construction: str = "judged_pool", num_candidates: int = 20, seed: int = 0,
+    pool_depth: int = 100, qids: Sequence[str] | None = None, text: Callable[[str], str] | None = None,
+    reasoning: bool = True,
+) -> list[Example]:
+    """Setwise training prompts with their gold label; the same prompts for the same seed.
+
+    In a query's ``training_pool``, positives have grade >= ``benchmark.relevance_level``, negatives are
+    judged 0 or unjudged (grades in between, e.g. DL's "related" 1, are neither). Constructions:
+      * ``msmarco`` (the paper, Rank-R1/create_dataset.py): one prompt per query, its first positive and
+        c-1 = 19 BM25 negatives. Needs MS MARCO train (internet).
+      * ``judged_pool`` (DL20-judged-pool deviation, for CPU scale here, where MS MARCO train is not
+        reachable): the pool is a DL20 query's judged BM25 top-100; one prompt per relevant passage
+        (grade >= 2) in it, with c-1 negatives of the same pool; c = 5 at CPU scale. DL19 stays unseen.
+    Queries without a negative are skipped. Each prompt's shuffles are seeded by (seed, qid, positive).
+    """
+    if construction not in CONSTRUCTIONS:
+        raise ValueError(f"unknown construction {construction!r}; valid: {CONSTRUCTIONS}")
+    if num_candidates < 2:
+        raise ValueError(f"num_candidates must be >= 2, got {num_candidates}")
+    text = text or (lambda d: passage_text(benchmark, d))
+    examples = []
+    for qid in qids if qids is not None else sorted(benchmark.qrels):
+        grades, pool = benchmark.qrels.get(qid, {}), training_pool(benchmark, qid, pool_depth)
+        positives = [d for d in pool if grades.get(d, 0) >= benchmark.relevance_level]
+        negatives = [d for d in pool if grades.get(d, 0) <= 0]
+        if not negatives:
+            continue
+        passages = {d: text(d) for d in [*positives, *negatives]}
+        for pos in positives[:1] if construction == "msmarco" else positives:
+            rng = random.Random(f"{seed}|{qid}|{pos}")
+            query, uid = benchmark.queries[qid].text, f"{benchmark.name}:{qid}:{pos}"
+            examples.append(setwise_example(uid, query, pos, negatives, passages, num_candidates, rng,
+                                            reasoning))
+    return examples
+
+
+# ---- 5. The task as the GRPO loop sees it ------------------------------------------------------------------
+
+
+class RankR1Task:
+    """Rank-R1 training prompts, reward, and Setwise heap-sort evaluation; Hydra builds it by ``_target_``.
+
+    Args:
+        train_benchmark / eval_benchmark: ``Benchmark`` objects or names for ``rankrl.data.load_benchmark``
+            (from ``data_dir``); they must differ. They need qrels, passage text and ``runs["bm25"]``.
+        tokenizer: an HF tokenizer or a path to one, for truncation; ``None`` disables truncation.
+        construction, num_candidates, pool_depth: training data (``setwise_training_examples``); c is 20 in
+            the paper, e.g. 5 at CPU scale.
+        reasoning: the Rank-R1 prompt (``<think>`` then ``<answer>``) or the plain Setwise one.
+        query_max_tokens / passage_max_tokens: truncation, 32/512 on DL, 1024/1024 on BRIGHT (paper).
+        num_child / k / rerank_depth: heap arity - 1, top passages sorted, first-stage passages reranked
+            (19/10/100 in the paper; at CPU scale a smaller depth, the rest keep BM25 order after them).
+        shuffle_candidates: show each comparison's candidates in a seeded random order (official code).
+        seed: training-data and presentation-order seed.
+    """
+
+    def __init__(
+        self, train_benchmark: str | Benchmark = "dl20", eval_benchmark: str | Benchmark = "dl19",
+        data_dir: str | Path = "data", tokenizer: Any = None, construction: str = "judged_pool",
+        num_candidates: int = 20, reasoning: bool = True, query_max_tokens: int | None = 32,
+        passage_max_tokens: int | None = 512, num_child: int = 19, k: int = 10, rerank_depth: int = 100,
+        pool_depth: int = 100, shuffle_candidates: bool = True, seed: int = 0,
+    ) -> None:
+        names = [b if isinstance(b, str) else b.name for b in (train_benchmark, eval_benchmark)]
+        if names[0] == names[1]:
+            raise ValueError(f"train and eval benchmark are both {names[0]!r}: evaluate on unseen data")
+        if construction not in CONSTRUCTIONS:
+            raise ValueError(f"unknown construction {construction!r}; valid: {CONSTRUCTIONS}")
+        if min(num_child, k, rerank_depth) < 1 or num_candidates < 2:
+            raise ValueError("need num_child, k, rerank_depth >= 1 and num_candidates >= 2")
+        if isinstance(tokenizer, (str, Path)):
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(str(tokenizer))
+        self._benchmarks = {"train": train_benchmark, "eval": eval_benchmark}
+        self.data_dir, self.tokenizer, self.construction = Path(data_dir), tokenizer, construction
+        self.num_candidates, self.reasoning, self.seed = num_candidates, reasoning, seed
+        self.query_max_tokens, self.passage_max_tokens = query_max_tokens, passage_max_tokens
+        self.num_child, self.k, self.rerank_depth, self.pool_depth = num_child, k, rerank_depth, pool_depth
+        self.shuffle_candidates = shuffle_candidates
+
+    def benchmark(self, role: str) -> Benchmark:
+        """The ``train`` or ``eval`` benchmark, loaded on first use."""
+        if isinstance(self._benchmarks[role], str):
+            from rankrl.data import load_benchmark
+
+            self._benchmarks[role] = load_benchmark(self._benchmarks[role], self.data_dir)
+        return self._benchmarks[role]
+
+    def _passage(self, bench: Benchmark, docid: str) -> str:
+        return truncate(passage_text(bench, docid), self.tokenizer, self.passage_max_tokens)
+
+    def train_examples(self) -> list[Example]:
+        bench = self.benchmark("train")
+        return setwise_training_examples(bench, self.construction, self.num_candidates, self.seed,
+                                         self.pool_depth, text=lambda d: self._passage(bench, d),
+                                         reasoning=self.reasoning)
+
+    def score(self, examples: Sequence[Example], completions: Sequence[str]) -> Scores:
+        """Rank-R1 reward per completion; metrics: reward, accuracy (label == gold), format_error_rate."""
+        if len(examples) != len(completions):
+            raise ValueError(f"{len(examples)} examples for {len(completions)} completions: need one each")
+        gold = [e.target["gold"] for e in examples]
+        rewards = [rank_r1_reward(c, g, self.reasoning) for c, g in zip(completions, gold)]
+        parsed = [parse_answer(c, e.target["num_candidates"], self.reasoning)
+                  for c, e in zip(completions, examples)]
+        ok = [p is not None for p in parsed]
+        correct = [float(p == g) for p, g in zip(parsed, gold)]
+        n = max(len(rewards), 1)
+        metrics = {"reward": sum(rewards) / n, "accuracy": sum(correct) / n,
+                   "format_error_rate": 1 - sum(ok) / n}
+        return Scores(rewards=torch.tensor(rewards, dtype=torch.float32),
+                      format_ok=torch.tensor(ok, dtype=torch.bool),
+                      components={"correct": torch.tensor(correct, dtype=torch.float32)}, metrics=metrics)
+
+    def evaluate(self, generate: Generator, split: str, limit: int | None = None) -> dict[str, Any]:
+        """Rerank each query's BM25 top ``rerank_depth`` by Setwise heap sort; nDCG@10 with trec_eval rules.
+
+        All queries advance together, so one ``generate`` call carries a heap step of every query.
+        Returns ``{"metrics", "run", "cost"}``; ``limit`` keeps the first queries (smoke runs only).
+        """
+        from rankrl.eval.metrics import evaluate_run
+
+        bench = self.benchmark("eval")
+        queries = bench.split(split)[:limit]
+        firsts = [first_stage_ranking(bench, q.qid) for q in queries]
+        jobs = [(truncate(q.text, self.tokenizer, self.query_max_tokens),
+                 [Document(d, self._passage(bench, d)) for d in first[: self.rerank_depth]])
+                for q, first in zip(queries, firsts)]
+        judge = llm_judge(generate, self.reasoning, self.shuffle_candidates, self.seed)
+        rankings, costs, calls = rerank_setwise(jobs, judge, self.num_child, self.k)
+        run: Run = {}
+        for q, first, ranked in zip(queries, firsts, rankings):
+            order = ranked + first[self.rerank_depth :]
+            run[q.qid] = {d: float(len(order) - i) for i, d in enumerate(order)}
+        metrics = evaluate_run(run, bench.qrels, ["nDCG@10"], relevance_level=bench.relevance_level)
+        totals = {f: sum(getattr(c, f) for c in costs) for f in asdict(SortCost())}
+        cost = {**totals, "queries": len(queries), "judge_calls": calls,
+                "comparisons_per_query": totals["comparisons"] / max(len(queries), 1),
+                "per_query": {q.qid: asdict(c) for q, c in zip(queries, costs)}}
+        return {"metrics": metrics, "run": run, "cost": cost}
