@@ -52,16 +52,21 @@ def _policy_dir(ckpt: Path) -> Path:
     raise FileNotFoundError(f"ckpt_path={ckpt} is not a checkpoint folder written by rankrl.train")
 
 
+def instantiate_component(node: DictConfig, **kwargs: Any) -> Any:
+    """Instantiate a group's node; its ``name`` key labels the choice and is not a constructor argument."""
+    resolved = OmegaConf.to_container(node, resolve=True)  # interpolations need the whole config
+    resolved.pop("name", None)
+    return instantiate(resolved, _convert_="all", **kwargs)
+
+
 def build_engine(cfg: DictConfig, policy: torch.nn.Module, tokenizer: Any) -> RolloutEngine:
-    return instantiate(cfg.rollout, _convert_="all")(policy, tokenizer)
+    return instantiate_component(cfg.rollout)(policy, tokenizer)
 
 
 def build_task(cfg: DictConfig, tokenizer: Any = None) -> Any:
     """Instantiate ``cfg.task``, passing the tokenizer to tasks whose constructor takes one."""
     params = inspect.signature(get_class(cfg.task._target_)).parameters
-    kwargs = {"tokenizer": tokenizer} if "tokenizer" in params else {}
-    node = OmegaConf.masked_copy(cfg.task, [k for k in cfg.task if k != "name"])
-    return instantiate(node, _convert_="all", **kwargs)
+    return instantiate_component(cfg.task, **({"tokenizer": tokenizer} if "tokenizer" in params else {}))
 
 
 def eval_generator(cfg: DictConfig, engine: RolloutEngine, sampling: SamplingParams) -> Generator:

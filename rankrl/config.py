@@ -61,5 +61,7 @@ def check_overrides(argv: list[str]) -> None:
         if not sep or "." in key or key.startswith("hydra") or "," in value or "(" in value:
             continue
         if (CONFIG_DIR / key).is_dir() and value not in ("null", "") and value not in group_choices(key):
-            raise SystemExit(f"error: unknown {key} {value!r}. Valid choices for {key}:\n  "
-                             + "\n  ".join(group_choices(key)))
+            raise SystemExit(
+                f"error: unknown {key} {value!r}. Valid choices for {key}:\n  "
+                + "\n  ".join(group_choices(key))
+            )

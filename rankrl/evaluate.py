@@ -1,7 +1,7 @@
 """Entry point: run a task's inference on a split (zero-shot or from a checkpoint), write metrics.json.
 
-    python -m rankrl.evaluate experiment=rankr1/bm25_dl19
-    python -m rankrl.evaluate experiment=rankr1/setwise_dl19 ckpt_path=outputs/<run>/checkpoints
+python -m rankrl.evaluate experiment=rankr1/bm25_dl19
+python -m rankrl.evaluate experiment=rankr1/setwise_dl19 ckpt_path=outputs/<run>/checkpoints
 """
 
 from __future__ import annotations

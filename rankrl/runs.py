@@ -27,10 +27,16 @@ METRICS_FILE = "metrics.json"
 def git_commit() -> str:
     """The repository's HEAD commit, with ``-dirty`` when tracked files differ; ``unknown`` outside git."""
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
-                               capture_output=True, text=True, check=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         return head + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -44,8 +50,9 @@ def seed_everything(seed: int) -> None:
     os.environ.setdefault("PYTHONHASHSEED", str(seed))
 
 
-def run_record(cfg: DictConfig, *, kind: str, metrics: Mapping[str, float], extra: Mapping[str, Any] | None = None
-               ) -> dict[str, Any]:
+def run_record(
+    cfg: DictConfig, *, kind: str, metrics: Mapping[str, float], extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Build the metrics.json record of a run from its config and results.
 
     Args:

@@ -40,7 +40,9 @@ class RunLogger:
         """Drop log lines past ``step``: a resumed run re-logs them, so the log matches an unbroken run."""
         if not self.path.exists():
             return
-        kept = [line for line in self.path.read_text().splitlines() if json.loads(line).get("step", 0) <= step]
+        kept = [
+            line for line in self.path.read_text().splitlines() if json.loads(line).get("step", 0) <= step
+        ]
         self.path.write_text("".join(line + "\n" for line in kept))
 
     def log(self, metrics: Mapping[str, Any], step: int) -> None:
@@ -97,6 +99,10 @@ def _init_wandb(run_dir: Path, cfg: Mapping[str, Any], config: Mapping[str, Any]
             settings=wandb.Settings(silent=True, init_timeout=60),
         )
     except Exception as err:
-        log.warning("W&B is unavailable (%s: %s); the run goes on and logs to %s only",
-                    type(err).__name__, err, run_dir / "train_log.jsonl")
+        log.warning(
+            "W&B is unavailable (%s: %s); the run goes on and logs to %s only",
+            type(err).__name__,
+            err,
+            run_dir / "train_log.jsonl",
+        )
         return None

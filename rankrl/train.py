@@ -1,9 +1,9 @@
 """Entry point: train a policy with GRPO on a task, evaluate it, write metrics.json.
 
-    python -m rankrl.train                                  # the synthetic task, CPU profile
-    python -m rankrl.train experiment=rankr1/rankr1_grpo_dl19
-    python -m rankrl.train experiment=... trainer.resume=true hydra.run.dir=<the killed run's folder>
-    torchrun --nproc_per_node=2 -m rankrl.train ...         # data parallel
+python -m rankrl.train                                  # the synthetic task, CPU profile
+python -m rankrl.train experiment=rankr1/rankr1_grpo_dl19
+python -m rankrl.train experiment=... trainer.resume=true hydra.run.dir=<the killed run's folder>
+torchrun --nproc_per_node=2 -m rankrl.train ...         # data parallel
 """
 
 from __future__ import annotations
@@ -38,15 +38,35 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     engine = app.build_engine(cfg, policy, tokenizer)
     task = app.build_task(cfg, tokenizer)
     generate = app.eval_generator(cfg, engine, trainer_cfg.sampling)
-    logger = RunLogger(run_dir, cfg.logger.get("wandb") if ddp.is_main() else None,
-                       config=OmegaConf.to_container(cfg, resolve=True), name=cfg.experiment_name)
-    trainer = GRPOTrainer(policy, tokenizer, engine, task, trainer_cfg, run_dir, logger, seed=int(cfg.seed),
-                          evaluate=lambda step: app.run_evaluation(cfg, task, generate)["metrics"])
+    logger = RunLogger(
+        run_dir,
+        cfg.logger.get("wandb") if ddp.is_main() else None,
+        config=OmegaConf.to_container(cfg, resolve=True),
+        name=cfg.experiment_name,
+    )
+    trainer = GRPOTrainer(
+        policy,
+        tokenizer,
+        engine,
+        task,
+        trainer_cfg,
+        run_dir,
+        logger,
+        seed=int(cfg.seed),
+        evaluate=lambda step: app.run_evaluation(cfg, task, generate)["metrics"],
+    )
     last = trainer.train()
     result = app.run_evaluation(cfg, task, generate) if ddp.is_main() else {"metrics": {}}
-    record = run_record(cfg, kind="train", metrics=result["metrics"], extra={
-        "cost": result.get("cost"), "train": {"steps": trainer.step, "last_step": last},
-        "checkpoint": str(trainer.ckpt_root / "latest")})
+    record = run_record(
+        cfg,
+        kind="train",
+        metrics=result["metrics"],
+        extra={
+            "cost": result.get("cost"),
+            "train": {"steps": trainer.step, "last_step": last},
+            "checkpoint": str(trainer.ckpt_root / "latest"),
+        },
+    )
     if ddp.is_main():
         logger.summary(result["metrics"])
         write_run_files(run_dir, cfg, record)

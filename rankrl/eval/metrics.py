@@ -18,7 +18,7 @@ Set metrics (CoGR's retrieval F1, F-GRPO's slate coverage) are plain Python over
 
 from __future__ import annotations
 
-from typing import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import ir_measures
 import pandas as pd
@@ -72,7 +72,7 @@ def _pytrec_form(measure: Measure) -> tuple[Measure, int | None]:
 
 
 def _truncated(run: Run, depth: int) -> Run:
-    """Each query's top ``depth`` documents in trec_eval's order (score descending, ties by docid descending)."""
+    """Each query's top ``depth`` documents in trec_eval's order (score, then docid, descending)."""
     return {
         qid: dict(sorted(docs.items(), key=lambda item: (item[1], item[0]), reverse=True)[:depth])
         for qid, docs in run.items()
@@ -85,7 +85,9 @@ def _checked_inputs(run: Run, qrels: Qrels) -> None:
         raise ValueError("qrels are empty: nothing to evaluate against")
     bad = [qid for qid, docs in run.items() if not isinstance(docs, Mapping)]
     if bad:
-        raise TypeError(f"run must map qid -> {{docid: score}}; query {bad[0]!r} maps to {type(run[bad[0]]).__name__}")
+        raise TypeError(
+            f"run must map qid -> {{docid: score}}; query {bad[0]!r} maps to {type(run[bad[0]]).__name__}"
+        )
 
 
 def per_query(run: Run, qrels: Qrels, measures: Sequence[str], relevance_level: int = 1) -> pd.DataFrame:
@@ -116,7 +118,9 @@ def per_query(run: Run, qrels: Qrels, measures: Sequence[str], relevance_level: 
     return table.loc[sorted(table.index), list(measures)]
 
 
-def evaluate_run(run: Run, qrels: Qrels, measures: Sequence[str], relevance_level: int = 1) -> dict[str, float]:
+def evaluate_run(
+    run: Run, qrels: Qrels, measures: Sequence[str], relevance_level: int = 1
+) -> dict[str, float]:
     """Mean of each measure over all qrels queries (trec_eval ``-c``).
 
     Args:

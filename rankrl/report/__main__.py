@@ -1,6 +1,6 @@
 """Entry point: rebuild a paper's tables from finished runs; reruns nothing.
 
-    python -m rankrl.report paper=rankr1
+python -m rankrl.report paper=rankr1
 """
 
 from __future__ import annotations

@@ -12,8 +12,22 @@ from rankrl.runs import METRICS_FILE, SCHEMA
 
 log = logging.getLogger(__name__)
 
-COLUMNS = ["experiment", "paper", "task", "benchmark", "split", "model", "scale", "seed", "eval_limit",
-           "git_commit", "created", "metric", "value", "run_dir"]
+COLUMNS = [
+    "experiment",
+    "paper",
+    "task",
+    "benchmark",
+    "split",
+    "model",
+    "scale",
+    "seed",
+    "eval_limit",
+    "git_commit",
+    "created",
+    "metric",
+    "value",
+    "run_dir",
+]
 
 
 def collect_runs(runs_dir: str | Path, paper: str | None = None) -> pd.DataFrame:
@@ -31,8 +45,14 @@ def collect_runs(runs_dir: str | Path, paper: str | None = None) -> pd.DataFrame
         if record.get("schema") != SCHEMA or (paper and record.get("paper") != paper):
             continue
         for metric, value in record.get("metrics", {}).items():
-            rows.append({**{k: record.get(k) for k in COLUMNS}, "metric": metric, "value": value,
-                         "run_dir": str(path.parent)})
+            rows.append(
+                {
+                    **{k: record.get(k) for k in COLUMNS},
+                    "metric": metric,
+                    "value": value,
+                    "run_dir": str(path.parent),
+                }
+            )
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

@@ -17,28 +17,38 @@ MISSING = "missing"
 
 
 def _fmt(value: Any, digits: int) -> str:
-    return MISSING if value is None or (isinstance(value, float) and pd.isna(value)) else f"{value:.{digits}f}"
+    return (
+        MISSING if value is None or (isinstance(value, float) and pd.isna(value)) else f"{value:.{digits}f}"
+    )
+
+
+def _cell_experiments(row: Mapping[str, Any], columns: list[str]) -> dict[str, str]:
+    """Column -> experiment: ``experiments`` maps them one by one, ``experiment`` fills every column
+    (a multirun over benchmarks)."""
+    if "experiments" in row:
+        return dict(row["experiments"])
+    return {c: row["experiment"] for c in columns}
 
 
 def our_rows(runs: pd.DataFrame, spec: Mapping[str, Any], metric: str) -> list[dict[str, Any]]:
-    """One row per (method, model, scale) found among finished runs for the spec's experiments."""
+    """One row per (method, model, scale) found among finished runs; cells are (experiment, benchmark)."""
+    columns = list(spec["columns"])
     rows: list[dict[str, Any]] = []
     for row in spec["rows"]:
-        experiments = row["experiments"]  # column -> experiment name
-        hits = runs[(runs["metric"] == metric) & runs["experiment"].isin(experiments.values())]
-        variants = hits[["model", "scale"]].drop_duplicates().to_dict("records") or [
-            {"model": row.get("model_hint"), "scale": row.get("scale_hint")}]
+        cells = _cell_experiments(row, columns)
+        hits = runs[(runs["metric"] == metric) & runs["experiment"].isin(set(cells.values()))]
+        variants = hits[["model", "scale"]].fillna("-").drop_duplicates().to_dict("records") or [
+            {"model": row.get("model", "-"), "scale": "-"}]
         for variant in variants:
-            out = {"method": row["method"], "model": variant["model"] or "-", "scale": variant["scale"] or "-",
-                   "source": "ours"}
-            for column, experiment in experiments.items():
-                cell = hits[(hits["experiment"] == experiment) & (hits["model"].fillna("-") == out["model"])
-                            & (hits["scale"].fillna("-") == out["scale"])]
+            out = {"method": row["method"], **variant, "source": "ours", "note": row.get("note", "")}
+            for column, experiment in cells.items():
+                cell = hits[(hits["experiment"] == experiment) & (hits["benchmark"] == column)
+                            & (hits["model"].fillna("-") == variant["model"])
+                            & (hits["scale"].fillna("-") == variant["scale"])]
                 out[column] = cell["value"].iloc[-1] if len(cell) else None
-                if len(cell) and cell["eval_limit"].notna().iloc[-1]:
-                    out["note"] = f"first {int(cell['eval_limit'].iloc[-1])} queries only"
-            if row.get("note"):
-                out["note"] = "; ".join(filter(None, [out.get("note"), row["note"]]))
+                if len(cell) and pd.notna(cell["eval_limit"].iloc[-1]):
+                    out["note"] = "; ".join(filter(None, [out["note"], f"{column}: first "
+                                                          f"{int(cell['eval_limit'].iloc[-1])} queries"]))
             rows.append(out)
     return rows
 
@@ -46,21 +56,24 @@ def our_rows(runs: pd.DataFrame, spec: Mapping[str, Any], metric: str) -> list[d
 def published_rows(published: Mapping[str, Any], table: str, columns: list[str]) -> list[dict[str, Any]]:
     rows = []
     for entry in published.get(table, []):
+        values = entry.get("values", {})
         rows.append({"method": entry["method"], "model": entry.get("model", "-"), "scale": "paper",
-                     "source": f"paper ({entry.get('mark', 'P')})",
-                     **{c: entry.get("values", {}).get(c) for c in columns}, "note": entry.get("note", "")})
+                     "source": f"theirs ({entry.get('mark', 'P')})", **{c: values.get(c) for c in columns},
+                     "avg": values.get("avg"), "note": entry.get("note", "")})
     return rows
 
 
-def build_table(runs: pd.DataFrame, spec: Mapping[str, Any], published: Mapping[str, Any],
-                metric: str, digits: int = 4) -> pd.DataFrame:
+def build_table(
+    runs: pd.DataFrame, spec: Mapping[str, Any], published: Mapping[str, Any], metric: str, digits: int = 4
+) -> pd.DataFrame:
     """The table as strings: identifying columns, one column per benchmark, the mean if asked, a note."""
     columns = list(spec["columns"])
     rows = our_rows(runs, spec, metric) + published_rows(published, spec["name"], columns)
-    frame = pd.DataFrame(rows, columns=["method", "model", "scale", "source", *columns, "note"])
+    frame = pd.DataFrame(rows, columns=["method", "model", "scale", "source", *columns, "avg", "note"])
     if spec.get("average"):
-        values = frame[columns].apply(pd.to_numeric, errors="coerce")
-        frame["avg"] = values.mean(axis=1, skipna=False)
+        # our average needs every column (a missing cell makes it missing); a paper may give only its average
+        ours = frame[columns].apply(pd.to_numeric, errors="coerce").mean(axis=1, skipna=False)
+        frame["avg"] = frame["avg"].where(frame["avg"].notna(), ours)
         columns = [*columns, "avg"]
     for column in columns:
         frame[column] = frame[column].map(lambda v: _fmt(v, digits))

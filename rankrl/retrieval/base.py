@@ -11,8 +11,9 @@ import hashlib
 import json
 import os
 from collections import Counter
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Collection, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from rankrl.data.records import Document, Run
 

@@ -19,8 +19,9 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from rankrl.data.records import Document, Run
 from rankrl.retrieval.base import (
@@ -108,7 +109,7 @@ def build_lucene_index(
     return final
 
 
-def open_searcher(index_dir: Path, k1: float, b: float) -> "LuceneSearcher":
+def open_searcher(index_dir: Path, k1: float, b: float) -> LuceneSearcher:
     """A pyserini LuceneSearcher over ``index_dir`` with BM25(k1, b)."""
     start_jvm()  # before the first pyserini import, so the JVM gets options this JDK supports
     from pyserini.search.lucene import LuceneSearcher

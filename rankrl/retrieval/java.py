@@ -18,7 +18,7 @@ import os
 import re
 import subprocess
 import sys
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 MIN_JAVA_MAJOR = 21
@@ -40,7 +40,7 @@ def parse_java_major(version_output: str) -> int | None:
     return int(m.group(2)) if major == 1 and m.group(2) else major
 
 
-@lru_cache(maxsize=None)
+@cache
 def java_major_version(java_home: Path) -> int | None:
     """Run ``<java_home>/bin/java -version``; None when there is no runnable java there."""
     java = java_home / "bin" / "java"

@@ -13,7 +13,7 @@ and only for queries that share a term with its old or new bag, so ``ItemCounter
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from rankrl.data.records import Run
 from rankrl.retrieval.bm25s_index import BM25S, rank_nonzero
@@ -95,7 +95,9 @@ class KeywordIndex:
         """The retrieved set I_ret(q) for a query's keywords plus its own terms (e.g. the query string)."""
         return self.retrieve_bag(keyword_bag(query_keywords) | keyword_bag(query_terms))
 
-    def retrieve(self, query_keywords: Iterable[str], query_terms: Iterable[str] = ()) -> list[tuple[str, float]]:
+    def retrieve(
+        self, query_keywords: Iterable[str], query_terms: Iterable[str] = ()
+    ) -> list[tuple[str, float]]:
         """The retrieved items with BM25 scores over keyword bags, best first."""
         bag = keyword_bag(query_keywords) | keyword_bag(query_terms)
         hits = rank_nonzero(self._bm25.scores_of_terms(sorted(bag)), len(self.bags))
@@ -105,11 +107,13 @@ class KeywordIndex:
         """qid -> item -> BM25 score for queries given as keyword collections; all retrieved items if k is None."""
         return {qid: dict(self.retrieve(kw)[:k]) for qid, kw in queries.items()}
 
-    def f1(self, query_keywords: Iterable[str], relevant: Collection[str], query_terms: Iterable[str] = ()) -> float:
+    def f1(
+        self, query_keywords: Iterable[str], relevant: Collection[str], query_terms: Iterable[str] = ()
+    ) -> float:
         """Set F1 of the retrieved set against the relevant items: CoGR's query reward (before its budget rule)."""
         return set_f1(self.retrieve_set(query_keywords, query_terms), relevant)
 
-    def with_keywords(self, item_id: str, new_keywords: Iterable[str]) -> "KeywordIndex":
+    def with_keywords(self, item_id: str, new_keywords: Iterable[str]) -> KeywordIndex:
         """A new index where only ``item_id``'s keywords are replaced (its own terms stay): the brute-force path."""
         self.bag_of(item_id)
         keywords = {i: (new_keywords if i == item_id else kw) for i, kw in self.keywords.items()}
@@ -135,7 +139,9 @@ class ItemCounterfactual:
     ) -> None:
         query_terms = query_terms or {}
         self.index = index
-        self.query_bags = {q: keyword_bag(kw) | keyword_bag(query_terms.get(q, ())) for q, kw in query_keywords.items()}
+        self.query_bags = {
+            q: keyword_bag(kw) | keyword_bag(query_terms.get(q, ())) for q, kw in query_keywords.items()
+        }
         self.relevant = {q: set(relevant.get(q, ())) for q in self.query_bags}
         self.reference_sets = {q: index.retrieve_bag(bag) for q, bag in self.query_bags.items()}
         self.reference_f1 = {q: set_f1(self.reference_sets[q], self.relevant[q]) for q in self.query_bags}

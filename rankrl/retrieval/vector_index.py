@@ -6,7 +6,7 @@ of a given target among all N corpus items, and the cosine of a query with its t
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import faiss
 import numpy as np

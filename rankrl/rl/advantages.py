@@ -25,7 +25,7 @@ Token-level advantages (``broadcast_to_tokens``, ``span_advantages``) turn the (
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import torch
 from torch import Tensor

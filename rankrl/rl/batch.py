@@ -78,7 +78,9 @@ def token_logprobs(model: torch.nn.Module, batch: PolicyBatch, temperature: floa
     p = batch.prompt_len
     # only the logits that predict completion tokens are needed: columns P-1 .. P+T-2
     logits = model(
-        input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=position_ids,
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=position_ids,
         logits_to_keep=batch.response_mask.shape[1] + 1,
     ).logits[:, :-1, :]
     if temperature > 0 and temperature != 1.0:

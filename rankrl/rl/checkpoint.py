@@ -63,8 +63,9 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_checkpoint(ckpt_root: Path, step: int, policy: torch.nn.Module, trainer_state: dict[str, Any],
-                    keep: int) -> Path:
+def save_checkpoint(
+    ckpt_root: Path, step: int, policy: torch.nn.Module, trainer_state: dict[str, Any], keep: int
+) -> Path:
     """Write ``step_<step>`` atomically, point ``latest`` at it, and prune old ones (keeping ``keep``)."""
     ckpt_root.mkdir(parents=True, exist_ok=True)
     final = ckpt_root / f"step_{step:06d}"
@@ -109,8 +110,10 @@ def load_policy_weights(policy: torch.nn.Module, policy_dir: Path) -> None:
     missing, unexpected = policy.load_state_dict(state, strict=False)
     tied = {k for k in missing if k.endswith("lm_head.weight")}  # tied to the embeddings, saved once
     if set(missing) - tied or unexpected:
-        raise RuntimeError(f"checkpoint {policy_dir} does not match the policy: missing {sorted(set(missing) - tied)[:5]}, "
-                           f"unexpected {sorted(unexpected)[:5]}")
+        raise RuntimeError(
+            f"checkpoint {policy_dir} does not match the policy: missing {sorted(set(missing) - tied)[:5]}, "
+            f"unexpected {sorted(unexpected)[:5]}"
+        )
 
 
 def load_trainer_state(ckpt: Path) -> dict[str, Any]:

@@ -69,7 +69,9 @@ class TrainerConfig:
         if self.lr_scheduler not in LR_SCHEDULERS:
             raise ValueError(f"trainer.lr_scheduler={self.lr_scheduler!r}; valid: {', '.join(LR_SCHEDULERS)}")
         if not (0 <= self.eps_low < 1 and self.eps_high >= 0):
-            raise ValueError(f"trainer.eps_low must be in [0, 1) and eps_high >= 0, got {self.eps_low}, {self.eps_high}")
+            raise ValueError(
+                f"trainer.eps_low must be in [0, 1) and eps_high >= 0, got {self.eps_low}, {self.eps_high}"
+            )
         if self.beta < 0:
             raise ValueError(f"trainer.beta must be >= 0, got {self.beta}")
         _check_registered(self.advantage, self.loss_agg)

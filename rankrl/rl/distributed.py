@@ -71,9 +71,10 @@ def local_rows(x: torch.Tensor, n_local: int) -> torch.Tensor:
     return x[rank() * n_local : (rank() + 1) * n_local] if is_distributed() else x
 
 
-def global_counts(response_mask: torch.Tensor) -> dict[str, float]:
-    """Rows and completion tokens over all ranks, for loss normalisers that span the global batch."""
-    counts = torch.tensor([float(response_mask.shape[0]), float(response_mask.sum())], dtype=torch.float64)
-    if is_distributed():
-        dist.all_reduce(counts)
-    return {"rows": counts[0].item(), "tokens": counts[1].item(), "world_size": float(world_size())}
+def global_sum(value: float) -> float:
+    """Sum a number over ranks."""
+    if not is_distributed():
+        return value
+    t = torch.tensor([value], dtype=torch.float64)
+    dist.all_reduce(t)
+    return t.item()

@@ -38,12 +38,13 @@ numbers of sequences.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
-AggFn = Callable[[Tensor, Tensor, "float | Tensor | None", "int | None"], Tensor]
+# fn(per_token_loss (N, T), response_mask (N, T), num_items, max_completion_length) -> scalar
+AggFn = Callable[..., Tensor]
 _LOSS_AGGS: dict[str, AggFn] = {}
 _AGG_UNITS: dict[str, str] = {}  # name -> "sequences" or "tokens": what num_items_in_batch counts
 
@@ -90,7 +91,12 @@ def count_loss_items(loss_agg: str, response_mask: Tensor) -> int:
 
 
 @register_loss_agg("grpo", unit="sequences")
-def grpo_agg(per_token_loss: Tensor, response_mask: Tensor, num_items=None, max_completion_length=None) -> Tensor:
+def grpo_agg(
+    per_token_loss: Tensor,
+    response_mask: Tensor,
+    num_items: float | Tensor | None = None,
+    max_completion_length: int | None = None,
+) -> Tensor:
     """Mean over each sequence's response tokens, then mean over the N sequences (or / num_items)."""
     lengths = response_mask.sum(dim=1).clamp(min=1)  # (N,); an empty response contributes 0
     per_seq = (per_token_loss * response_mask).sum(dim=1) / lengths  # (N,)
@@ -98,7 +104,12 @@ def grpo_agg(per_token_loss: Tensor, response_mask: Tensor, num_items=None, max_
 
 
 @register_loss_agg("dr_grpo", unit="sequences")
-def dr_grpo_agg(per_token_loss: Tensor, response_mask: Tensor, num_items=None, max_completion_length=None) -> Tensor:
+def dr_grpo_agg(
+    per_token_loss: Tensor,
+    response_mask: Tensor,
+    num_items: float | Tensor | None = None,
+    max_completion_length: int | None = None,
+) -> Tensor:
     """Sum over all response tokens / (N * max_completion_length), N the sequences (or num_items)."""
     if max_completion_length is None or max_completion_length < 1:
         raise ValueError(
@@ -110,7 +121,12 @@ def dr_grpo_agg(per_token_loss: Tensor, response_mask: Tensor, num_items=None, m
 
 
 @register_loss_agg("dapo", unit="tokens")
-def dapo_agg(per_token_loss: Tensor, response_mask: Tensor, num_items=None, max_completion_length=None) -> Tensor:
+def dapo_agg(
+    per_token_loss: Tensor,
+    response_mask: Tensor,
+    num_items: float | Tensor | None = None,
+    max_completion_length: int | None = None,
+) -> Tensor:
     """Sum over all response tokens / number of response tokens (or / num_items)."""
     n = response_mask.sum().clamp(min=1) if num_items is None else num_items
     return (per_token_loss * response_mask).sum() / n
@@ -128,24 +144,37 @@ def k3_kl(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
     return torch.exp(delta) - delta - 1
 
 
-def _checked(logprobs: Tensor, old_logprobs: Tensor | None, advantages: Tensor, response_mask: Tensor,
-             ref_logprobs: Tensor | None, beta: float, eps_low: float, eps_high: float) -> Tensor:
+def _checked(
+    logprobs: Tensor,
+    old_logprobs: Tensor | None,
+    advantages: Tensor,
+    response_mask: Tensor,
+    ref_logprobs: Tensor | None,
+    beta: float,
+    eps_low: float,
+    eps_high: float,
+) -> Tensor:
     """Validate the inputs; return the advantages as (N, T)."""
     shape = tuple(logprobs.shape)
     if logprobs.dim() != 2 or tuple(response_mask.shape) != shape:
-        raise ValueError(f"logprobs and response_mask must both be (N, T); got {shape} and "
-                         f"{tuple(response_mask.shape)}")
+        raise ValueError(
+            f"logprobs and response_mask must both be (N, T); got {shape} and {tuple(response_mask.shape)}"
+        )
     for name, t in (("old_logprobs", old_logprobs), ("ref_logprobs", ref_logprobs)):
         if t is not None and tuple(t.shape) != shape:
             raise ValueError(f"{name} must have the shape of logprobs {shape}, got {tuple(t.shape)}")
     if advantages.dim() == 1 and advantages.size(0) == shape[0]:
         advantages = advantages.unsqueeze(1)  # (N, 1), broadcasts over tokens
     elif tuple(advantages.shape) != shape:
-        raise ValueError(f"advantages must be (N,) or (N, T) with N, T = {shape}, got {tuple(advantages.shape)}")
+        raise ValueError(
+            f"advantages must be (N,) or (N, T) with N, T = {shape}, got {tuple(advantages.shape)}"
+        )
     if beta != 0.0 and ref_logprobs is None:
         raise ValueError(f"beta={beta} adds a KL penalty: pass ref_logprobs, or set beta=0.0")
     if not (0.0 <= eps_low < 1.0 and eps_high >= 0.0):
-        raise ValueError(f"need 0 <= eps_low < 1 and eps_high >= 0, got eps_low={eps_low}, eps_high={eps_high}")
+        raise ValueError(
+            f"need 0 <= eps_low < 1 and eps_high >= 0, got eps_low={eps_low}, eps_high={eps_high}"
+        )
     return advantages
 
 
@@ -188,7 +217,9 @@ def policy_loss(
         ``kl`` (the KL term as it enters the loss; if ref_logprobs), ``ratio/mean``, ``ratio/max``,
         ``clip_frac/low``, ``clip_frac/high``, ``clip_frac/region``, ``advantages/mean``, ``response_tokens``.
     """
-    advantages = _checked(logprobs, old_logprobs, advantages, response_mask, ref_logprobs, beta, eps_low, eps_high)
+    advantages = _checked(
+        logprobs, old_logprobs, advantages, response_mask, ref_logprobs, beta, eps_low, eps_high
+    )
     agg = get_loss_agg(loss_agg)
     mask = response_mask.bool()
     maskf = mask.to(logprobs.dtype)
@@ -198,8 +229,7 @@ def policy_loss(
     old = logprobs.detach() if old_logprobs is None else torch.where(mask, old_logprobs, 0.0).detach()
     ratio = torch.exp(logprobs - old)  # (N, T)
     pg = clipped_surrogate(ratio, advantages.to(logprobs.dtype), eps_low, eps_high)  # (N, T)
-    kl = None if ref_logprobs is None else k3_kl(logprobs, torch.where(mask, ref_logprobs, 0.0).detach())  # (N, T)
-    kl = kl * ratio if kl is not None and kl_bias_correction else kl
+    kl = _kl_term(logprobs, ref_logprobs, mask, ratio, kl_bias_correction)  # (N, T) or None
     per_token = pg + beta * kl if beta != 0.0 else pg
     loss = agg(per_token, maskf, num_items_in_batch, max_completion_length)
     stats = _stats(ratio, advantages, mask, eps_low, eps_high)
@@ -210,6 +240,16 @@ def policy_loss(
     return loss, stats
 
 
+def _kl_term(
+    logprobs: Tensor, ref_logprobs: Tensor | None, mask: Tensor, ratio: Tensor, bias_correction: bool
+) -> Tensor | None:
+    """The per-token KL term (N, T), ratio-weighted with ``bias_correction``; None without a reference."""
+    if ref_logprobs is None:
+        return None
+    kl = k3_kl(logprobs, torch.where(mask, ref_logprobs, 0.0).detach())
+    return kl * ratio if bias_correction else kl
+
+
 def _masked_mean(x: Tensor, mask: Tensor) -> Tensor:
     """Mean of x over the True positions of mask (0 if there are none), detached."""
     x = x.detach().expand(mask.shape).float()
@@ -217,7 +257,9 @@ def _masked_mean(x: Tensor, mask: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def _stats(ratio: Tensor, advantages: Tensor, mask: Tensor, eps_low: float, eps_high: float) -> dict[str, Tensor]:
+def _stats(
+    ratio: Tensor, advantages: Tensor, mask: Tensor, eps_low: float, eps_high: float
+) -> dict[str, Tensor]:
     """Token-level clip fractions as TRL logs them: a token counts as clipped only where clipping
     removes its gradient (low side with A < 0, high side with A > 0)."""
     low = (ratio < 1 - eps_low) & (advantages < 0)

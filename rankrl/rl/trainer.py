@@ -20,10 +20,17 @@ from transformers import get_scheduler
 from rankrl.rl import distributed as ddp
 from rankrl.rl.advantages import get_advantage_fn
 from rankrl.rl.batch import PolicyBatch, to_policy_batch, token_logprobs
-from rankrl.rl.checkpoint import (PromptOrder, latest_checkpoint, load_policy_weights, load_trainer_state,
-                                  rng_state, save_checkpoint, set_rng_state)
+from rankrl.rl.checkpoint import (
+    PromptOrder,
+    latest_checkpoint,
+    load_policy_weights,
+    load_trainer_state,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 from rankrl.rl.config import TrainerConfig
-from rankrl.rl.losses import policy_loss
+from rankrl.rl.losses import count_loss_items, policy_loss
 from rankrl.rollout.base import RolloutEngine
 from rankrl.tasks.base import Task
 from rankrl.tracking import RunLogger
@@ -51,10 +58,19 @@ class GRPOTrainer:
         evaluate: called as ``evaluate(step)`` every ``cfg.eval_every`` steps; returns metrics to log.
     """
 
-    def __init__(self, policy: torch.nn.Module, tokenizer: Any, engine: RolloutEngine, task: Task,
-                 cfg: TrainerConfig, run_dir: str | Path, logger: RunLogger, seed: int = 0,
-                 ref_model: torch.nn.Module | None = None,
-                 evaluate: Callable[[int], dict[str, float]] | None = None) -> None:
+    def __init__(
+        self,
+        policy: torch.nn.Module,
+        tokenizer: Any,
+        engine: RolloutEngine,
+        task: Task,
+        cfg: TrainerConfig,
+        run_dir: str | Path,
+        logger: RunLogger,
+        seed: int = 0,
+        ref_model: torch.nn.Module | None = None,
+        evaluate: Callable[[int], dict[str, float]] | None = None,
+    ) -> None:
         self.policy, self.tokenizer, self.engine, self.task, self.cfg = policy, tokenizer, engine, task, cfg
         self.run_dir, self.logger, self.ref_model, self.evaluate = Path(run_dir), logger, ref_model, evaluate
         self.examples = task.train_examples()
@@ -64,16 +80,25 @@ class GRPOTrainer:
         self.model = ddp.wrap(policy)  # the module that runs forward/backward (DDP when distributed)
         params = [p for p in policy.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-        self.scheduler = get_scheduler(cfg.lr_scheduler, self.optimizer, num_warmup_steps=cfg.warmup_steps,
-                                       num_training_steps=cfg.max_steps * cfg.num_iterations)
+        self.scheduler = get_scheduler(
+            cfg.lr_scheduler,
+            self.optimizer,
+            num_warmup_steps=cfg.warmup_steps,
+            num_training_steps=cfg.max_steps * cfg.num_iterations,
+        )
         self.advantage_fn = get_advantage_fn(cfg.advantage)
         self.step = 0
         self.ckpt_root = self.run_dir / "checkpoints"
 
     # ---------------------------------------------------------------- checkpoints
     def save(self) -> Path:
-        state = {"step": self.step, "order": self.order.state(), "rng": rng_state(),
-                 "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        state = {
+            "step": self.step,
+            "order": self.order.state(),
+            "rng": rng_state(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+        }
         return save_checkpoint(self.ckpt_root, self.step, self.policy, state, self.cfg.keep_checkpoints)
 
     def maybe_resume(self) -> bool:
@@ -100,13 +125,19 @@ class GRPOTrainer:
         while self.step < self.cfg.max_steps:
             metrics = self.train_step()
             self.step += 1
-            if self.cfg.eval_every and self.step % self.cfg.eval_every == 0 and self.step < self.cfg.max_steps \
-                    and self.evaluate is not None:
+            if (
+                self.cfg.eval_every
+                and self.step % self.cfg.eval_every == 0
+                and self.step < self.cfg.max_steps
+                and self.evaluate is not None
+            ):
                 metrics.update({f"eval/{k}": v for k, v in self.evaluate(self.step).items()})
             if ddp.is_main():
                 self.logger.log(metrics, step=self.step)
-            if ddp.is_main() and ((self.cfg.save_every and self.step % self.cfg.save_every == 0)
-                                  or self.step == self.cfg.max_steps):
+            if ddp.is_main() and (
+                (self.cfg.save_every and self.step % self.cfg.save_every == 0)
+                or self.step == self.cfg.max_steps
+            ):
                 self.save()
         return metrics
 
@@ -115,7 +146,9 @@ class GRPOTrainer:
         t0 = time.perf_counter()
         idx = ddp.shard(self.order.take(cfg.prompts_per_step))
         examples = [self.examples[i] for i in idx]
-        rollouts = self.engine.generate([ex.messages for ex in examples], n=cfg.group_size, sampling=cfg.sampling)
+        rollouts = self.engine.generate(
+            [ex.messages for ex in examples], n=cfg.group_size, sampling=cfg.sampling
+        )
         t_gen = time.perf_counter() - t0
 
         rows = [ex for ex in examples for _ in range(cfg.group_size)]
@@ -140,7 +173,9 @@ class GRPOTrainer:
             "completion_length/mean": lengths.mean().item(),
             "completion_length/max": lengths.max().item(),
             "lr": self.scheduler.get_last_lr()[0],
-            "time/generate_s": t_gen, "time/reward_s": t_score, "time/update_s": t_all - t_gen - t_score,
+            "time/generate_s": t_gen,
+            "time/reward_s": t_score,
+            "time/update_s": t_all - t_gen - t_score,
             "time/step_s": t_all,
             "tokens_per_s": n_tokens / max(t_gen, 1e-9),
             **update_stats,
@@ -154,8 +189,14 @@ class GRPOTrainer:
         adv = ddp.local_rows(self.advantage_fn(rewards, self.cfg.group_size), len(scores.rewards))
         hook = getattr(self.task, "token_advantages", None)
         if hook is not None:
-            return hook(scores=scores, rollouts=rollouts, response_mask=batch.response_mask,
-                        advantage_fn=self.advantage_fn, group_size=self.cfg.group_size, sequence_advantages=adv)
+            return hook(
+                scores=scores,
+                rollouts=rollouts,
+                response_mask=batch.response_mask,
+                advantage_fn=self.advantage_fn,
+                group_size=self.cfg.group_size,
+                sequence_advantages=adv,
+            )
         return adv
 
     @torch.no_grad()
@@ -179,7 +220,9 @@ class GRPOTrainer:
         # With one update per batch the sampling policy *is* the current policy: ratio = 1 (as TRL).
         old = self._frozen_logprobs(batch, reference=False) if cfg.num_iterations > 1 else None
         ref = self._frozen_logprobs(batch, reference=True) if cfg.beta > 0 else None
-        totals = ddp.global_counts(batch.response_mask)
+        # one denominator for the whole step (all micro-batches, all ranks): accumulated gradients then
+        # equal the full batch's; DDP averages over ranks, so each rank's loss is scaled back by world size
+        num_items = ddp.global_sum(float(count_loss_items(cfg.loss_agg, batch.response_mask)))
         sums: dict[str, float] = {}
         for it in range(cfg.num_iterations):
             for start in range(0, len(batch), cfg.micro_batch_size):
@@ -187,22 +230,35 @@ class GRPOTrainer:
                 micro = batch.rows(start, stop)
                 logps = token_logprobs(self.model, micro, cfg.sampling.temperature)
                 loss, stats = policy_loss(
-                    logps, (old[start:stop] if old is not None else logps.detach()), advantages[start:stop],
-                    micro.response_mask, eps_low=cfg.eps_low, eps_high=cfg.eps_high,
-                    ref_logprobs=ref[start:stop] if ref is not None else None, beta=cfg.beta,
-                    loss_agg=cfg.loss_agg, max_completion_length=cfg.sampling.max_new_tokens)
+                    logps,
+                    (old[start:stop] if old is not None else logps.detach()),
+                    advantages[start:stop],
+                    micro.response_mask,
+                    eps_low=cfg.eps_low,
+                    eps_high=cfg.eps_high,
+                    ref_logprobs=ref[start:stop] if ref is not None else None,
+                    beta=cfg.beta,
+                    loss_agg=cfg.loss_agg,
+                    max_completion_length=cfg.sampling.max_new_tokens,
+                    num_items_in_batch=num_items,
+                )
                 if not torch.isfinite(loss):
                     self.optimizer.zero_grad(set_to_none=True)
                     raise NonFiniteLossError(
                         f"non-finite loss ({loss.item()}) at step {self.step + 1}; nothing was saved after the last "
-                        f"good checkpoint {latest_checkpoint(self.ckpt_root)}. Lower trainer.lr or check the rewards.")
-                (loss * micro_weight(cfg.loss_agg, micro.response_mask, totals)).backward()
+                        f"good checkpoint {latest_checkpoint(self.ckpt_root)}. Lower trainer.lr or check the rewards."
+                    )
+                (loss * ddp.world_size()).backward()
                 weight = len(micro) / len(batch) / cfg.num_iterations
-                for k, v in {"loss": loss.detach(), **stats}.items():
-                    sums[k] = sums.get(k, 0.0) + float(v) * weight
+                sums["loss"] = sums.get("loss", 0.0) + float(loss.detach()) / cfg.num_iterations
+                for k, v in stats.items():
+                    sums[k] = sums.get(k, 0.0) + float(v) * (
+                        weight if k != "pg_loss" else 1 / cfg.num_iterations
+                    )
                 if it == 0:  # before any update: how far the engine's log-probs are from the trainer's
                     sums["sampler_logprob_gap"] = sums.get("sampler_logprob_gap", 0.0) + _mean_gap(
-                        logps.detach(), micro.sampler_logprobs, micro.response_mask) * len(micro) / len(batch)
+                        logps.detach(), micro.sampler_logprobs, micro.response_mask
+                    ) * len(micro) / len(batch)
             grad_norm = self._optimizer_step()
             sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm / cfg.num_iterations
         return sums
@@ -213,25 +269,14 @@ class GRPOTrainer:
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
         if not math.isfinite(grad_norm):
             self.optimizer.zero_grad(set_to_none=True)
-            raise NonFiniteLossError(f"non-finite gradient norm at step {self.step + 1}; last good checkpoint: "
-                                     f"{latest_checkpoint(self.ckpt_root)}")
+            raise NonFiniteLossError(
+                f"non-finite gradient norm at step {self.step + 1}; last good checkpoint: "
+                f"{latest_checkpoint(self.ckpt_root)}"
+            )
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return grad_norm
-
-
-def micro_weight(loss_agg: str, micro_mask: torch.Tensor, totals: dict[str, float]) -> float:
-    """How much one micro-batch's loss counts so that the accumulated gradient equals the full batch's.
-
-    ``grpo`` and ``dr_grpo`` average over sequences, ``dapo`` over tokens; on several ranks DDP averages
-    gradients, so the local share is multiplied back by the world size.
-    """
-    if loss_agg == "dapo":
-        share = float(micro_mask.sum()) / max(totals["tokens"], 1.0)
-    else:
-        share = micro_mask.shape[0] / totals["rows"]
-    return share * totals["world_size"]
 
 
 def _mean_gap(logps: torch.Tensor, sampler_logps: torch.Tensor, mask: torch.Tensor) -> float:

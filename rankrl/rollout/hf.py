@@ -24,17 +24,38 @@ from rankrl.rollout.base import Messages, Rollouts, SamplingParams
 
 # Settings a model's own generation_config may carry (e.g. Qwen's top_k=20, repetition_penalty=1.05) that
 # would silently change the sampling distribution: SamplingParams is the only source of truth.
-NEUTRAL_GENERATION = dict(temperature=1.0, top_k=0, top_p=1.0, min_p=None, typical_p=1.0, top_h=None,
-                          epsilon_cutoff=0.0, eta_cutoff=0.0, repetition_penalty=1.0, no_repeat_ngram_size=0,
-                          bad_words_ids=None, suppress_tokens=None, begin_suppress_tokens=None, min_length=0,
-                          min_new_tokens=None, num_beams=1)
+NEUTRAL_GENERATION = dict(
+    temperature=1.0,
+    top_k=0,
+    top_p=1.0,
+    min_p=None,
+    typical_p=1.0,
+    top_h=None,
+    epsilon_cutoff=0.0,
+    eta_cutoff=0.0,
+    repetition_penalty=1.0,
+    no_repeat_ngram_size=0,
+    bad_words_ids=None,
+    suppress_tokens=None,
+    begin_suppress_tokens=None,
+    min_length=0,
+    min_new_tokens=None,
+    num_beams=1,
+)
 
 
-def render_prompts(tokenizer: Any, prompts: Sequence[Messages], chat_template_kwargs: dict | None = None,
-                   ) -> list[list[int]]:
+def render_prompts(
+    tokenizer: Any,
+    prompts: Sequence[Messages],
+    chat_template_kwargs: dict | None = None,
+) -> list[list[int]]:
     """Chat prompts -> token ids, with the assistant turn opened (the template adds the special tokens)."""
-    texts = [tokenizer.apply_chat_template(list(m), tokenize=False, add_generation_prompt=True,
-                                           **(chat_template_kwargs or {})) for m in prompts]
+    texts = [
+        tokenizer.apply_chat_template(
+            list(m), tokenize=False, add_generation_prompt=True, **(chat_template_kwargs or {})
+        )
+        for m in prompts
+    ]
     return tokenizer(texts, add_special_tokens=False)["input_ids"]
 
 
@@ -45,8 +66,8 @@ def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, 
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for i, row in enumerate(rows):
         if row:
-            ids[i, width - len(row):] = torch.tensor(row, dtype=torch.long)
-            mask[i, width - len(row):] = 1
+            ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
+            mask[i, width - len(row) :] = 1
     return ids, mask
 
 
@@ -73,7 +94,9 @@ class SampledLogprobs(LogitsProcessor):
         if self.pending is not None:
             self.steps.append(self.pending.gather(1, sequences[:, -1:]).squeeze(1))
             self.pending = None
-        return torch.stack(self.steps, dim=1) if self.steps else sequences.new_zeros((len(sequences), 0)).float()
+        return (
+            torch.stack(self.steps, dim=1) if self.steps else sequences.new_zeros((len(sequences), 0)).float()
+        )
 
 
 def warpers(sampling: SamplingParams) -> list[LogitsProcessor]:
@@ -126,8 +149,13 @@ class HFEngine:
         chat_template_kwargs: extra template arguments (e.g. ``{"enable_thinking": False}`` for Qwen3).
     """
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Any, batch_size: int = 8,
-                 chat_template_kwargs: dict | None = None) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        batch_size: int = 8,
+        chat_template_kwargs: dict | None = None,
+    ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
@@ -151,7 +179,7 @@ class HFEngine:
         self.model.eval()  # no dropout (LoRA's included) while sampling
         try:
             for i in range(0, len(prompt_ids), self.batch_size):
-                self._generate_batch(prompt_ids[i: i + self.batch_size], n, sampling, out)
+                self._generate_batch(prompt_ids[i : i + self.batch_size], n, sampling, out)
         finally:
             self.model.train(was_training)
         seconds = time.perf_counter() - start
@@ -159,29 +187,40 @@ class HFEngine:
         out.stats = {"tokens": float(tokens), "seconds": seconds, "tokens_per_s": tokens / max(seconds, 1e-9)}
         return out
 
-    def _generate_batch(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams,
-                        out: Rollouts) -> None:
+    def _generate_batch(
+        self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams, out: Rollouts
+    ) -> None:
         """Generate for one micro-batch of b prompts (b*n rows) and append the cut rows to ``out``."""
         device = next(self.model.parameters()).device
         input_ids, attention_mask = left_pad(prompt_ids, self.pad_id)
         recorder = SampledLogprobs()
         stop = list(sampling.stop)
+        sample = sampling.temperature > 0
+        per_prompt = n if sample else 1  # greedy copies are identical: decode once, repeat below
         sequences = self.model.generate(
-            input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
-            **NEUTRAL_GENERATION, do_sample=sampling.temperature > 0, max_new_tokens=sampling.max_new_tokens,
-            num_return_sequences=n, eos_token_id=sorted(self.eos_ids), pad_token_id=self.pad_id,
+            input_ids=input_ids.to(device),
+            attention_mask=attention_mask.to(device),
+            **NEUTRAL_GENERATION,
+            do_sample=sample,
+            max_new_tokens=sampling.max_new_tokens,
+            num_return_sequences=per_prompt,
+            eos_token_id=sorted(self.eos_ids),
+            pad_token_id=self.pad_id,
             logits_processor=LogitsProcessorList([*warpers(sampling), recorder]),
-            stop_strings=stop or None, tokenizer=self.tokenizer if stop else None,
-        )  # (b*n, P+T)
-        logprobs = recorder.finish(sequences).cpu()  # (b*n, T)
-        generated = sequences[:, input_ids.shape[1]:].cpu()  # (b*n, T)
+            stop_strings=stop or None,
+            tokenizer=self.tokenizer if stop else None,
+        )  # (b*per_prompt, P+T)
+        logprobs = recorder.finish(sequences).repeat_interleave(n // per_prompt, 0).cpu()  # (b*n, T)
+        generated = sequences[:, input_ids.shape[1] :].repeat_interleave(n // per_prompt, 0).cpu()  # (b*n, T)
         for row in range(generated.shape[0]):
             ids = generated[row].tolist()
             end = completion_end(ids, self.eos_ids, stop, self.tokenizer)
             out.prompt_ids.append(list(prompt_ids[row // n]))
             out.completion_ids.append(ids[:end])
             out.logprobs.append(logprobs[row, :end].tolist())
-            out.texts.append(trim_after_stop(self.tokenizer.decode(ids[:end], skip_special_tokens=True), stop))
+            out.texts.append(
+                trim_after_stop(self.tokenizer.decode(ids[:end], skip_special_tokens=True), stop)
+            )
 
 
 def _eos_ids(model: torch.nn.Module, tokenizer: Any) -> set[int]:

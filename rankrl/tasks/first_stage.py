@@ -25,14 +25,22 @@ class FirstStageTask:
     name = "first_stage"
     uses_model = False
 
-    def __init__(self, benchmark: str, data_dir: str | Path, run: str = "bm25",
-                 measures: Sequence[str] = ("nDCG@10",), depth: int | None = None) -> None:
+    def __init__(
+        self,
+        benchmark: str,
+        data_dir: str | Path,
+        run: str = "bm25",
+        measures: Sequence[str] = ("nDCG@10",),
+        depth: int | None = None,
+    ) -> None:
         from rankrl.data import load_benchmark
 
         self.benchmark = load_benchmark(benchmark, data_dir)
         if run not in self.benchmark.runs:
-            raise ValueError(f"benchmark {benchmark!r} has no first-stage run {run!r}; "
-                             f"valid: {sorted(self.benchmark.runs) or 'none (it ships no run)'}")
+            raise ValueError(
+                f"benchmark {benchmark!r} has no first-stage run {run!r}; "
+                f"valid: {sorted(self.benchmark.runs) or 'none (it ships no run)'}"
+            )
         self.run_name, self.measures, self.depth = run, list(measures), depth
 
     def train_examples(self) -> list:

@@ -19,9 +19,11 @@ import random
 import re
 import tomllib
 from collections import abc
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -158,8 +160,9 @@ def _levels_bottom_up(n: int, m: int) -> list[list[int]]:
     return [levels[d] for d in sorted(levels, reverse=True)]
 
 
-def setwise_heapsort_steps(query: str, docs: Sequence[Document], num_child: int = 19, k: int = 10
-                           ) -> SortSteps:
+def setwise_heapsort_steps(
+    query: str, docs: Sequence[Document], num_child: int = 19, k: int = 10
+) -> SortSteps:
     """llm-rankers ``heapSort`` + ``rerank`` as a coroutine that yields batches of comparisons.
 
     Build a num_child-ary max-heap bottom-up, one batch per level (sibling subtrees are disjoint), then pop
@@ -183,8 +186,9 @@ def setwise_heapsort_steps(query: str, docs: Sequence[Document], num_child: int 
     return top + [d.docid for d in docs if d.docid not in chosen]
 
 
-def rerank_setwise(jobs: Sequence[tuple[str, Sequence[Document]]], judge: Judge, num_child: int = 19,
-                   k: int = 10) -> tuple[list[list[str]], list[SortCost], int]:
+def rerank_setwise(
+    jobs: Sequence[tuple[str, Sequence[Document]]], judge: Judge, num_child: int = 19, k: int = 10
+) -> tuple[list[list[str]], list[SortCost], int]:
     """Heap-sort several (query, first-stage candidates) jobs at once: each judge call carries every job's
     pending comparisons. Returns the reranked docids and cost per job, and the number of judge calls."""
     sorts = [setwise_heapsort_steps(q, docs, num_child, k) for q, docs in jobs]
@@ -218,8 +222,9 @@ def rerank_setwise(jobs: Sequence[tuple[str, Sequence[Document]]], judge: Judge,
     return rankings, costs, calls
 
 
-def setwise_heapsort(query: str, docs: Sequence[Document], judge: Judge, num_child: int = 19,
-                     k: int = 10) -> list[str]:
+def setwise_heapsort(
+    query: str, docs: Sequence[Document], judge: Judge, num_child: int = 19, k: int = 10
+) -> list[str]:
     """Rerank one query's candidates with the Setwise heap sort; returns docids, best first."""
     return rerank_setwise([(query, docs)], judge, num_child, k)[0][0]
 
@@ -237,8 +242,10 @@ def llm_judge(generate: Generator, reasoning: bool = True, shuffle: bool = True,
         for (query, cands), order in zip(comparisons, orders):
             if shuffle:
                 random.Random("|".join([str(seed), query, *(d.docid for d in cands)])).shuffle(order)
-        prompts = [setwise_messages(q, [cands[i].text for i in order], reasoning)
-                   for (q, cands), order in zip(comparisons, orders)]
+        prompts = [
+            setwise_messages(q, [cands[i].text for i in order], reasoning)
+            for (q, cands), order in zip(comparisons, orders)
+        ]
         verdicts = []
         for order, gen in zip(orders, generate(prompts), strict=True):
             label = parse_answer(gen.text, len(order), reasoning)
@@ -257,8 +264,10 @@ CONSTRUCTIONS = ("msmarco", "judged_pool")
 def passage_text(benchmark: Benchmark, docid: str) -> str:
     """``title text`` of a passage, as llm-rankers builds it from the index (title only when present)."""
     if docid not in benchmark.corpus:
-        raise KeyError(f"benchmark {benchmark.name!r} has no text for docid {docid!r}: Setwise prompts need "
-                       "passage text; load the benchmark with its corpus (or the first-stage run with text)")
+        raise KeyError(
+            f"benchmark {benchmark.name!r} has no text for docid {docid!r}: Setwise prompts need "
+            "passage text; load the benchmark with its corpus (or the first-stage run with text)"
+        )
     doc = benchmark.corpus[docid]
     return f"{doc.title} {doc.text}" if doc.title else doc.text
 
@@ -282,35 +291,27 @@ def training_pool(benchmark: Benchmark, qid: str, pool_depth: int = 100) -> list
     return list(candidates) if candidates is not None else first_stage_ranking(benchmark, qid)[:pool_depth]
 
 
-def setwise_example(uid: str, query: str, positive: str, negatives: Sequence[str], passages: dict[str, str],
-                    num_candidates: int, rng: random.Random, reasoning: bool = True) -> Example:
-    """One GRPO prompt as Rank-R1/create_dataset.py builds it: shuffle the negatives, keep c-1, put the
-    positive first, shuffle the c candidates, remember where the positive went (``target['gold']``)."""
-    negs = list(negatives)
-    rng.shuffle(negs)
-    docids = [positive, *negs[: num_candidates - 1]]
-    order = list(range(len(docids)))
-    rng.shuffle(order)
-    docids = [docids[i] for i in order]
-    messages = setwise_messages(query, [passages[d] for d in docids], reasoning)
-    return Example(uid, messages, {"gold": order.index(0), "num_candidates": len(docids), "docids": docids})
-
-
 def setwise_training_examples(
-    benchmark: Benchmark, construction: str = "judged_pool", num_candidates: int = 20, seed: int = 0,
-    pool_depth: int = 100, qids: Sequence[str] | None = None, text: Callable[[str], str] | None = None,
+    benchmark: Benchmark,
+    construction: str = "judged_pool",
+    num_candidates: int = 20,
+    seed: int = 0,
+    pool_depth: int = 100,
+    text: Callable[[str], str] | None = None,
     reasoning: bool = True,
 ) -> list[Example]:
-    """Setwise training prompts with their gold label; the same prompts for the same seed.
+    """Setwise training prompts with their gold label (``target['gold']``, 0-based); same seed, same prompts.
 
     In a query's ``training_pool``, positives have grade >= ``benchmark.relevance_level``, negatives are
-    judged 0 or unjudged (grades in between, e.g. DL's "related" 1, are neither). Constructions:
-      * ``msmarco`` (the paper, Rank-R1/create_dataset.py): one prompt per query, its first positive and
-        c-1 = 19 BM25 negatives. Needs MS MARCO train (internet).
+    judged 0 or unjudged (grades in between, e.g. DL's "related" 1, are neither). Each prompt is built as
+    Rank-R1/create_dataset.py does: shuffle the negatives, keep c-1, put the positive first, shuffle the c
+    candidates; the shuffles are seeded by (seed, qid, positive). Constructions:
+      * ``msmarco`` (the paper): one prompt per query, its first positive and c-1 = 19 BM25 negatives.
+        Needs MS MARCO train (internet).
       * ``judged_pool`` (DL20-judged-pool deviation, for CPU scale here, where MS MARCO train is not
         reachable): the pool is a DL20 query's judged BM25 top-100; one prompt per relevant passage
         (grade >= 2) in it, with c-1 negatives of the same pool; c = 5 at CPU scale. DL19 stays unseen.
-    Queries without a negative are skipped. Each prompt's shuffles are seeded by (seed, qid, positive).
+    Queries without a negative are skipped.
     """
     if construction not in CONSTRUCTIONS:
         raise ValueError(f"unknown construction {construction!r}; valid: {CONSTRUCTIONS}")
@@ -318,24 +319,26 @@ def setwise_training_examples(
         raise ValueError(f"num_candidates must be >= 2, got {num_candidates}")
     text = text or (lambda d: passage_text(benchmark, d))
     examples = []
-    for qid in qids if qids is not None else sorted(benchmark.qrels):
-        grades, pool = benchmark.qrels.get(qid, {}), training_pool(benchmark, qid, pool_depth)
+    for qid in sorted(benchmark.qrels):
+        grades, pool = benchmark.qrels[qid], training_pool(benchmark, qid, pool_depth)
         positives = [d for d in pool if grades.get(d, 0) >= benchmark.relevance_level]
         negatives = [d for d in pool if grades.get(d, 0) <= 0]
-        if not negatives:
-            continue
-        passages = {d: text(d) for d in [*positives, *negatives]}
-        for pos in positives[:1] if construction == "msmarco" else positives:
+        for pos in (positives[:1] if construction == "msmarco" else positives) if negatives else []:
             rng = random.Random(f"{seed}|{qid}|{pos}")
-            query, uid = benchmark.queries[qid].text, f"{benchmark.name}:{qid}:{pos}"
-            examples.append(setwise_example(uid, query, pos, negatives, passages, num_candidates, rng,
-                                            reasoning))
+            negs = rng.sample(negatives, len(negatives))  # random.shuffle of a copy
+            docids = [pos, *negs[: num_candidates - 1]]
+            order = rng.sample(range(len(docids)), len(docids))
+            docids = [docids[i] for i in order]
+            messages = setwise_messages(benchmark.queries[qid].text, [text(d) for d in docids], reasoning)
+            target = {"gold": order.index(0), "num_candidates": len(docids), "docids": docids}
+            examples.append(Example(f"{benchmark.name}:{qid}:{pos}", messages, target))
     return examples
 
 
 # ---- 5. The task as the GRPO loop sees it ------------------------------------------------------------------
 
 
+@dataclass
 class RankR1Task:
     """Rank-R1 training prompts, reward, and Setwise heap-sort evaluation; Hydra builds it by ``_target_``.
 
@@ -353,64 +356,74 @@ class RankR1Task:
         seed: training-data and presentation-order seed.
     """
 
-    def __init__(
-        self, train_benchmark: str | Benchmark = "dl20", eval_benchmark: str | Benchmark = "dl19",
-        data_dir: str | Path = "data", tokenizer: Any = None, construction: str = "judged_pool",
-        num_candidates: int = 20, reasoning: bool = True, query_max_tokens: int | None = 32,
-        passage_max_tokens: int | None = 512, num_child: int = 19, k: int = 10, rerank_depth: int = 100,
-        pool_depth: int = 100, shuffle_candidates: bool = True, seed: int = 0,
-    ) -> None:
-        names = [b if isinstance(b, str) else b.name for b in (train_benchmark, eval_benchmark)]
+    train_benchmark: str | Benchmark = "dl20"
+    eval_benchmark: str | Benchmark = "dl19"
+    data_dir: str | Path = "data"
+    tokenizer: Any = None
+    construction: str = "judged_pool"
+    num_candidates: int = 20
+    reasoning: bool = True
+    query_max_tokens: int | None = 32
+    passage_max_tokens: int | None = 512
+    num_child: int = 19
+    k: int = 10
+    rerank_depth: int = 100
+    pool_depth: int = 100
+    shuffle_candidates: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        names = [b if isinstance(b, str) else b.name for b in (self.train_benchmark, self.eval_benchmark)]
         if names[0] == names[1]:
             raise ValueError(f"train and eval benchmark are both {names[0]!r}: evaluate on unseen data")
-        if construction not in CONSTRUCTIONS:
-            raise ValueError(f"unknown construction {construction!r}; valid: {CONSTRUCTIONS}")
-        if min(num_child, k, rerank_depth) < 1 or num_candidates < 2:
+        if self.construction not in CONSTRUCTIONS:
+            raise ValueError(f"unknown construction {self.construction!r}; valid: {CONSTRUCTIONS}")
+        if min(self.num_child, self.k, self.rerank_depth) < 1 or self.num_candidates < 2:
             raise ValueError("need num_child, k, rerank_depth >= 1 and num_candidates >= 2")
-        if isinstance(tokenizer, (str, Path)):
+        if isinstance(self.tokenizer, (str, Path)):
             from transformers import AutoTokenizer
 
-            tokenizer = AutoTokenizer.from_pretrained(str(tokenizer))
-        self._benchmarks = {"train": train_benchmark, "eval": eval_benchmark}
-        self.data_dir, self.tokenizer, self.construction = Path(data_dir), tokenizer, construction
-        self.num_candidates, self.reasoning, self.seed = num_candidates, reasoning, seed
-        self.query_max_tokens, self.passage_max_tokens = query_max_tokens, passage_max_tokens
-        self.num_child, self.k, self.rerank_depth, self.pool_depth = num_child, k, rerank_depth, pool_depth
-        self.shuffle_candidates = shuffle_candidates
+            self.tokenizer = AutoTokenizer.from_pretrained(str(self.tokenizer))
 
     def benchmark(self, role: str) -> Benchmark:
         """The ``train`` or ``eval`` benchmark, loaded on first use."""
-        if isinstance(self._benchmarks[role], str):
+        if role not in ("train", "eval"):
+            raise ValueError(f"unknown benchmark role {role!r}; valid: 'train', 'eval'")
+        name = f"{role}_benchmark"
+        if isinstance(getattr(self, name), str):
             from rankrl.data import load_benchmark
 
-            self._benchmarks[role] = load_benchmark(self._benchmarks[role], self.data_dir)
-        return self._benchmarks[role]
+            setattr(self, name, load_benchmark(getattr(self, name), self.data_dir))
+        return getattr(self, name)
 
     def _passage(self, bench: Benchmark, docid: str) -> str:
         return truncate(passage_text(bench, docid), self.tokenizer, self.passage_max_tokens)
 
     def train_examples(self) -> list[Example]:
         bench = self.benchmark("train")
-        return setwise_training_examples(bench, self.construction, self.num_candidates, self.seed,
-                                         self.pool_depth, text=lambda d: self._passage(bench, d),
-                                         reasoning=self.reasoning)
+        text = partial(self._passage, bench)
+        args = (self.construction, self.num_candidates, self.seed, self.pool_depth, text, self.reasoning)
+        return setwise_training_examples(bench, *args)
 
     def score(self, examples: Sequence[Example], completions: Sequence[str]) -> Scores:
         """Rank-R1 reward per completion; metrics: reward, accuracy (label == gold), format_error_rate."""
         if len(examples) != len(completions):
             raise ValueError(f"{len(examples)} examples for {len(completions)} completions: need one each")
         gold = [e.target["gold"] for e in examples]
-        rewards = [rank_r1_reward(c, g, self.reasoning) for c, g in zip(completions, gold)]
-        parsed = [parse_answer(c, e.target["num_candidates"], self.reasoning)
-                  for c, e in zip(completions, examples)]
-        ok = [p is not None for p in parsed]
-        correct = [float(p == g) for p, g in zip(parsed, gold)]
-        n = max(len(rewards), 1)
-        metrics = {"reward": sum(rewards) / n, "accuracy": sum(correct) / n,
-                   "format_error_rate": 1 - sum(ok) / n}
-        return Scores(rewards=torch.tensor(rewards, dtype=torch.float32),
-                      format_ok=torch.tensor(ok, dtype=torch.bool),
-                      components={"correct": torch.tensor(correct, dtype=torch.float32)}, metrics=metrics)
+        rewards = torch.tensor([rank_r1_reward(c, g, self.reasoning) for c, g in zip(completions, gold)])
+        parsed = [
+            parse_answer(c, e.target["num_candidates"], self.reasoning) for c, e in zip(completions, examples)
+        ]
+        ok = torch.tensor([p is not None for p in parsed], dtype=torch.bool)
+        correct = torch.tensor([float(p == g) for p, g in zip(parsed, gold)])
+        n = max(len(examples), 1)
+        accuracy, format_errors = float(correct.sum()) / n, 1 - float(ok.sum()) / n
+        metrics = {
+            "reward": float(rewards.sum()) / n,
+            "accuracy": accuracy,
+            "format_error_rate": format_errors,
+        }
+        return Scores(rewards, ok, {"correct": correct}, metrics)
 
     def evaluate(self, generate: Generator, split: str, limit: int | None = None) -> dict[str, Any]:
         """Rerank each query's BM25 top ``rerank_depth`` by Setwise heap sort; nDCG@10 with trec_eval rules.
@@ -423,9 +436,10 @@ class RankR1Task:
         bench = self.benchmark("eval")
         queries = bench.split(split)[:limit]
         firsts = [first_stage_ranking(bench, q.qid) for q in queries]
-        jobs = [(truncate(q.text, self.tokenizer, self.query_max_tokens),
-                 [Document(d, self._passage(bench, d)) for d in first[: self.rerank_depth]])
-                for q, first in zip(queries, firsts)]
+        jobs = []
+        for q, first in zip(queries, firsts):
+            docs = [Document(d, self._passage(bench, d)) for d in first[: self.rerank_depth]]
+            jobs.append((truncate(q.text, self.tokenizer, self.query_max_tokens), docs))
         judge = llm_judge(generate, self.reasoning, self.shuffle_candidates, self.seed)
         rankings, costs, calls = rerank_setwise(jobs, judge, self.num_child, self.k)
         run: Run = {}
@@ -434,7 +448,6 @@ class RankR1Task:
             run[q.qid] = {d: float(len(order) - i) for i, d in enumerate(order)}
         metrics = evaluate_run(run, bench.qrels, ["nDCG@10"], relevance_level=bench.relevance_level)
         totals = {f: sum(getattr(c, f) for c in costs) for f in asdict(SortCost())}
-        cost = {**totals, "queries": len(queries), "judge_calls": calls,
-                "comparisons_per_query": totals["comparisons"] / max(len(queries), 1),
-                "per_query": {q.qid: asdict(c) for q, c in zip(queries, costs)}}
+        per_query = {q.qid: asdict(c) for q, c in zip(queries, costs)}
+        cost = {**totals, "queries": len(queries), "judge_calls": calls, "per_query": per_query}
         return {"metrics": metrics, "run": run, "cost": cost}

@@ -18,8 +18,24 @@ from rankrl.tasks.base import Example, Scores
 
 VOWELS = frozenset("aeiou")
 _WORD = re.compile(r"[A-Za-z]+")
-_TOPICS = ["the sea", "a city", "music", "winter", "a garden", "old maps", "trains", "the moon", "bread",
-           "rivers", "a library", "birds", "mountains", "coffee", "rain", "chess"]
+_TOPICS = [
+    "the sea",
+    "a city",
+    "music",
+    "winter",
+    "a garden",
+    "old maps",
+    "trains",
+    "the moon",
+    "bread",
+    "rivers",
+    "a library",
+    "birds",
+    "mountains",
+    "coffee",
+    "rain",
+    "chess",
+]
 
 
 def vowel_word_reward(text: str) -> tuple[float, bool]:
@@ -70,5 +86,7 @@ class VowelWordsTask:
         prompts = [_prompt(t) for t in (self._eval if split != "train" else self._train)]
         gens = generate(prompts)
         rewards = [vowel_word_reward(g.text)[0] for g in gens]
-        return {"metrics": {"vowel_share": sum(rewards) / len(rewards)},
-                "cost": {"calls": len(gens), "completion_tokens": sum(g.completion_tokens for g in gens)}}
+        return {
+            "metrics": {"vowel_share": sum(rewards) / len(rewards)},
+            "cost": {"calls": len(gens), "completion_tokens": sum(g.completion_tokens for g in gens)},
+        }

@@ -49,19 +49,29 @@ def test_bad_trainer_value_is_rejected():
         instantiate(cfg.trainer, _convert_="all")
 
 
-@pytest.mark.parametrize("override,choice", [("model=gpt-9", "smollm2-135m"), ("task=nope", "vowels"),
-                                             ("experiment=rankr1/nope", "rankr1/bm25_dl19")])
+@pytest.mark.parametrize(
+    "override,choice",
+    [
+        ("model=gpt-9", "smollm2-135m"),
+        ("task=nope", "vowels"),
+        ("experiment=rankr1/nope", "rankr1/bm25_dl19"),
+    ],
+)
 def test_bad_override_lists_valid_choices(override: str, choice: str):
-    out = subprocess.run([sys.executable, "-m", "rankrl.train", "--cfg", "job", override],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "rankrl.train", "--cfg", "job", override], capture_output=True, text=True
+    )
     assert out.returncode != 0
     assert "Valid choices" in out.stderr and choice in out.stderr, out.stderr[-2000:]
 
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS[:3])
 def test_cfg_job_from_the_command_line(experiment: str):
-    out = subprocess.run([sys.executable, "-m", "rankrl.train", "--cfg", "job", f"experiment={experiment}"],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "rankrl.train", "--cfg", "job", f"experiment={experiment}"],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert f"experiment_name: {experiment}" in out.stdout
 

@@ -12,11 +12,13 @@ from rankrl.data.records import Document
 
 os.environ.setdefault("OPENAI_API_KEY", "dummy")  # `import pyserini.search` builds an OpenAI client
 
-DL19_RUN = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "trec_dl" / "bm25_retrieve_results_dl19.json"
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "slow: takes more than 30 s")
+DL19_RUN = (
+    Path(__file__).resolve().parents[2].parent
+    / "shared"
+    / "data"
+    / "trec_dl"
+    / "bm25_retrieve_results_dl19.json"
+)
 
 
 @pytest.fixture(scope="session")
@@ -48,9 +50,3 @@ def lucene_bm25(dl19_sample, index_cache):
     from rankrl.retrieval.bm25 import PyseriniBM25
 
     return PyseriniBM25(dl19_sample[1], cache_dir=index_cache, name="dl19-sample")
-
-
-def mean_jaccard(a: dict[str, dict[str, float]], b: dict[str, dict[str, float]]) -> float:
-    """Mean over queries of the Jaccard overlap of two runs' document sets."""
-    scores = [len(set(a[q]) & set(b[q])) / max(1, len(set(a[q]) | set(b[q]))) for q in a]
-    return sum(scores) / len(scores)

@@ -21,7 +21,7 @@ def fake_jdk(root: Path, name: str, version: str, modules: tuple[str, ...] = ("j
     script.write_text(
         "#!/bin/sh\n"
         f'if [ "$1" = "--list-modules" ]; then printf "{listing}\\n"; exit 0; fi\n'
-        f'echo \'openjdk version "{version}" 2025-10-21\' >&2\n'
+        f"echo 'openjdk version \"{version}\" 2025-10-21' >&2\n"
     )
     script.chmod(0o755)
     return home

@@ -1,4 +1,4 @@
-"""Advantage estimators: loop vs vectorised (veRL test_core_algos style), flat groups, invariances, token spans."""
+"""Advantage estimators: loop vs vectorised (as veRL's test_core_algos), flat groups, invariances, spans."""
 
 from __future__ import annotations
 
@@ -79,9 +79,11 @@ def test_grpo_invariant_to_positive_linear_maps(a: float, b: float) -> None:
     ref = compute_advantages("grpo", reward, group_size=4, eps=0.0)
     torch.testing.assert_close(compute_advantages("grpo", a * reward + b, group_size=4, eps=0.0), ref)
     torch.testing.assert_close(compute_advantages("grpo", -rank, group_size=4, eps=0.0), ref)
-    # With TRL's eps the map changes the result only through eps / (a * std), small unless a shrinks the spread.
+    # With TRL's eps the map acts only through eps / (a * std): small unless a shrinks the spread.
     if a >= 0.5:
-        torch.testing.assert_close(compute_advantages("grpo", a * reward + b, group_size=4), ref, atol=2e-3, rtol=0)
+        torch.testing.assert_close(
+            compute_advantages("grpo", a * reward + b, group_size=4), ref, atol=2e-3, rtol=0
+        )
 
 
 def test_dr_grpo_scales_linearly_and_ignores_shift() -> None:
@@ -160,7 +162,9 @@ def test_span_advantages_match_loop_on_random_spans() -> None:
     masks = {k: (torch.rand(n, t, generator=gen) < 0.4).long() for k in ("slate", "rank", "extra")}
     seq = {k: compute_advantages("dr_grpo", torch.rand(n, generator=gen), group_size=4) for k in masks}
     weights = {"rank": 0.25, "extra": 2.0}
-    torch.testing.assert_close(span_advantages(seq, masks, weights), _loop_span_advantages(seq, masks, weights))
+    torch.testing.assert_close(
+        span_advantages(seq, masks, weights), _loop_span_advantages(seq, masks, weights)
+    )
 
 
 def test_one_span_covering_the_response_equals_broadcast() -> None:

@@ -103,7 +103,13 @@ def test_gradient_only_through_response_tokens(agg: str) -> None:
     ref = raw.clone()
     ref[0, 4] = float("inf")
     loss, stats = policy_loss(
-        logprobs, old, torch.tensor([1.0, -0.5, 2.0]), mask, ref_logprobs=ref, beta=0.1, loss_agg=agg,
+        logprobs,
+        old,
+        torch.tensor([1.0, -0.5, 2.0]),
+        mask,
+        ref_logprobs=ref,
+        beta=0.1,
+        loss_agg=agg,
         max_completion_length=5,
     )
     loss.backward()
@@ -137,7 +143,9 @@ def test_token_advantages_equal_broadcast_sequence_advantages() -> None:
     logprobs, old, adv, mask = _hand_batch()
     for agg in AGGS:
         a, _ = policy_loss(logprobs, old, adv, mask, loss_agg=agg, max_completion_length=4)
-        b, _ = policy_loss(logprobs, old, broadcast_to_tokens(adv, mask), mask, loss_agg=agg, max_completion_length=4)
+        b, _ = policy_loss(
+            logprobs, old, broadcast_to_tokens(adv, mask), mask, loss_agg=agg, max_completion_length=4
+        )
         assert a.item() == pytest.approx(b.item())
 
 
@@ -169,7 +177,8 @@ def test_num_items_in_batch_makes_micro_batches_sum_to_full_batch(agg: str) -> N
     total = sum(count_loss_items(agg, mask[p]) for p in parts)
     assert total == (mask.sum().item() if agg == "dapo" else n)
     summed = sum(
-        policy_loss(logprobs[p], old[p], adv[p], mask[p], num_items_in_batch=total, **kwargs)[0] for p in parts
+        policy_loss(logprobs[p], old[p], adv[p], mask[p], num_items_in_batch=total, **kwargs)[0]
+        for p in parts
     )
     (summed_grad,) = torch.autograd.grad(summed, logprobs)
     assert summed.item() == pytest.approx(full.item(), abs=1e-12)
@@ -180,7 +189,9 @@ def test_empty_response_rows_contribute_zero() -> None:
     logprobs = torch.zeros(2, 3, requires_grad=True)
     mask = torch.tensor([[1, 1, 0], [0, 0, 0]])
     for agg in AGGS:
-        loss, stats = policy_loss(logprobs, None, torch.tensor([1.0, 5.0]), mask, loss_agg=agg, max_completion_length=3)
+        loss, stats = policy_loss(
+            logprobs, None, torch.tensor([1.0, 5.0]), mask, loss_agg=agg, max_completion_length=3
+        )
         assert torch.isfinite(loss)
     empty, stats = policy_loss(logprobs, None, torch.ones(2), torch.zeros(2, 3), loss_agg="dapo")
     assert empty.item() == 0.0 and stats["response_tokens"].item() == 0

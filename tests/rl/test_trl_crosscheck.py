@@ -19,10 +19,6 @@ trl = pytest.importorskip("trl", reason="TRL is a test-only dependency: pip inst
 TRL_VERSION = "1.16.0"  # the version whose _compute_loss this file was written against
 N, PROMPT_T, T, MAX_LEN = 6, 3, 5, 7  # 3 prompts x G=2, completions padded to T, budget MAX_LEN
 EPS_LOW, EPS_HIGH = 0.2, 0.28
-pytestmark = pytest.mark.skipif(
-    trl.__version__ != TRL_VERSION,
-    reason=f"cross-check written for TRL {TRL_VERSION}, found {trl.__version__}: re-read its _compute_loss first",
-)
 
 
 @pytest.fixture(scope="module")
@@ -34,11 +30,21 @@ def tiny_model_dir(tmp_path_factory) -> str:
     vocab = {f"w{i}": i for i in range(200)} | {"<pad>": 200, "<eos>": 201, "<unk>": 202}
     backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>",
-                                        unk_token="<unk>")
-    config = LlamaConfig(vocab_size=203, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
-                         pad_token_id=200, eos_token_id=201, bos_token_id=201)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
+    )
+    config = LlamaConfig(
+        vocab_size=203,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        pad_token_id=200,
+        eos_token_id=201,
+        bos_token_id=201,
+    )
     torch.manual_seed(0)
     path = tmp_path_factory.mktemp("tiny_llama")
     LlamaForCausalLM(config).save_pretrained(path)
@@ -51,14 +57,29 @@ def _trl_trainer(model_dir: str, out_dir: str, loss_type: str, beta: float, accu
     from trl import GRPOConfig, GRPOTrainer
 
     args = GRPOConfig(
-        output_dir=out_dir, use_cpu=True, bf16=False, gradient_checkpointing=False, report_to="none",
-        save_strategy="no", per_device_train_batch_size=N, num_generations=2, max_completion_length=MAX_LEN,
-        gradient_accumulation_steps=accumulation, loss_type=loss_type, beta=beta, epsilon=EPS_LOW,
-        epsilon_high=EPS_HIGH, use_bias_correction_kl=bias_kl,
+        output_dir=out_dir,
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        report_to="none",
+        save_strategy="no",
+        per_device_train_batch_size=N,
+        num_generations=2,
+        max_completion_length=MAX_LEN,
+        gradient_accumulation_steps=accumulation,
+        loss_type=loss_type,
+        beta=beta,
+        epsilon=EPS_LOW,
+        epsilon_high=EPS_HIGH,
+        use_bias_correction_kl=bias_kl,
     )
     dataset = Dataset.from_dict({"prompt": ["w1 w2 w3"] * N})
-    trainer = GRPOTrainer(model=model_dir, reward_funcs=lambda completions, **_: [0.0] * len(completions),
-                          args=args, train_dataset=dataset)
+    trainer = GRPOTrainer(
+        model=model_dir,
+        reward_funcs=lambda completions, **_: [0.0] * len(completions),
+        args=args,
+        train_dataset=dataset,
+    )
     trainer.model.train()  # "train" mode: TRL's accumulation normalisers apply
     trainer.current_gradient_accumulation_steps = accumulation  # set by Trainer's loop in a real run
     return trainer
@@ -101,8 +122,13 @@ def _trl_loss(trainer, logprobs, old, ref, advantages, mask, num_items_in_batch)
 
 
 CASES = [
-    pytest.param(loss_type, beta, accumulation, bias_kl,
-                 id=f"trl{TRL_VERSION}-{loss_type}-beta{beta}-accum{accumulation}" + ("-biasKL" if bias_kl else ""))
+    pytest.param(
+        loss_type,
+        beta,
+        accumulation,
+        bias_kl,
+        id=f"trl{TRL_VERSION}-{loss_type}-beta{beta}-accum{accumulation}" + ("-biasKL" if bias_kl else ""),
+    )
     for loss_type in ("grpo", "dr_grpo", "dapo")
     for beta, bias_kl in ((0.0, False), (0.04, False), (0.04, True))
     for accumulation in (1, 2)
@@ -110,8 +136,13 @@ CASES = [
 
 
 @pytest.mark.parametrize("loss_type,beta,accumulation,bias_kl", CASES)
-def test_loss_and_gradient_match_trl(tiny_model_dir, tmp_path, loss_type, beta, accumulation, bias_kl) -> None:
-    assert trl.__version__ == TRL_VERSION
+def test_loss_and_gradient_match_trl(
+    tiny_model_dir, tmp_path, loss_type, beta, accumulation, bias_kl
+) -> None:
+    assert trl.__version__ == TRL_VERSION, (
+        f"cross-check written for TRL {TRL_VERSION}, found {trl.__version__}: re-read its _compute_loss, "
+        "then update this test and requirements/cpu.txt"
+    )
     trainer = _trl_trainer(tiny_model_dir, str(tmp_path), loss_type, beta, accumulation, bias_kl)
     logprobs, old, ref, advantages, mask = _inputs(seed=accumulation)
     # With accumulation this micro-batch is one of two; the other has N sequences and 9 response tokens.
@@ -126,9 +157,18 @@ def test_loss_and_gradient_match_trl(tiny_model_dir, tmp_path, loss_type, beta, 
 
     ours_in = logprobs.clone().requires_grad_(True)
     ours, stats = policy_loss(
-        ours_in, old, advantages, mask, eps_low=EPS_LOW, eps_high=EPS_HIGH, ref_logprobs=ref if beta else None,
-        beta=beta, loss_agg=loss_type, max_completion_length=MAX_LEN,
-        num_items_in_batch=window_items if accumulation > 1 else None, kl_bias_correction=bias_kl,
+        ours_in,
+        old,
+        advantages,
+        mask,
+        eps_low=EPS_LOW,
+        eps_high=EPS_HIGH,
+        ref_logprobs=ref if beta else None,
+        beta=beta,
+        loss_agg=loss_type,
+        max_completion_length=MAX_LEN,
+        num_items_in_batch=window_items if accumulation > 1 else None,
+        kl_bias_correction=bias_kl,
     )
     (our_grad,) = torch.autograd.grad(ours, ours_in)
     assert ours.item() == pytest.approx(trl_loss.item(), abs=1e-6), f"loss differs from TRL {trl.__version__}"
@@ -136,8 +176,11 @@ def test_loss_and_gradient_match_trl(tiny_model_dir, tmp_path, loss_type, beta, 
     assert our_grad.abs().sum() > 0 and our_grad[mask == 0].eq(0).all()
 
     logged = {k: v[-1] for k, v in trainer._metrics["train"].items()}
-    for ours_key, trl_key in [("clip_frac/low", "clip_ratio/low_mean"), ("clip_frac/high", "clip_ratio/high_mean"),
-                              ("clip_frac/region", "clip_ratio/region_mean")] + ([("kl", "kl")] if beta else []):
+    for ours_key, trl_key in [
+        ("clip_frac/low", "clip_ratio/low_mean"),
+        ("clip_frac/high", "clip_ratio/high_mean"),
+        ("clip_frac/region", "clip_ratio/region_mean"),
+    ] + ([("kl", "kl")] if beta else []):
         assert stats[ours_key].item() == pytest.approx(logged[trl_key], abs=1e-6), ours_key
     assert 0 < stats["clip_frac/low"] and 0 < stats["clip_frac/high"]  # both clip sides are exercised
 

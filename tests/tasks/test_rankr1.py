@@ -6,6 +6,7 @@ TREC DL files are read with ``json`` here (not through rankrl.data), so these te
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import string
@@ -19,12 +20,31 @@ from rankrl.data.records import Benchmark, Document, Query
 from rankrl.rollout.base import Generation
 from rankrl.tasks import rankr1
 from rankrl.tasks.rankr1 import (
-    RankR1Task, SortCost, Verdict, format_ok, llm_judge, parse_answer, rank_r1_reward, rerank_setwise,
-    setwise_heapsort, setwise_messages, setwise_training_examples, truncate,
+    RankR1Task,
+    SortCost,
+    Verdict,
+    format_ok,
+    llm_judge,
+    parse_answer,
+    rank_r1_reward,
+    rerank_setwise,
+    setwise_heapsort,
+    setwise_messages,
+    setwise_training_examples,
+    truncate,
 )
 
-TREC_DL = Path(__file__).resolve().parents[3] / "shared" / "data" / "trec_dl"
-SMOLLM2 = Path(__file__).resolve().parents[2] / ".cache" / "models" / "smollm2-135m"
+REPO = Path(__file__).resolve().parents[2]
+# the prepared data folder (`make data`), else the shared copy beside the checkout
+TREC_DL = next(
+    (
+        d / "trec_dl"
+        for d in (Path(os.environ.get("RANKRL_DATA_DIR", REPO / "data")), REPO.parent / "shared" / "data")
+        if (d / "trec_dl" / "qrels.dl19-passage.txt").is_file()
+    ),
+    REPO.parent / "shared" / "data" / "trec_dl",
+)
+SMOLLM2 = REPO / ".cache" / "models" / "smollm2-135m"
 needs_dl = pytest.mark.skipif(not TREC_DL.is_dir(), reason=f"shared TREC DL data not at {TREC_DL}")
 
 
@@ -68,8 +88,10 @@ def oracle_judge(grades: dict[str, dict[str, int]], first_rank: dict[str, dict[s
     def judge(comparisons):
         out = []
         for qid, cands in comparisons:  # tests pass the qid as the query text
-            best = min(range(len(cands)), key=lambda i: (-grades[qid].get(cands[i].docid, 0),
-                                                          first_rank[qid][cands[i].docid]))
+            best = min(
+                range(len(cands)),
+                key=lambda i: (-grades[qid].get(cands[i].docid, 0), first_rank[qid][cands[i].docid]),
+            )
             out.append(Verdict(best))
         return out
 
@@ -88,7 +110,7 @@ def reference_heapsort(query, docs, choose, m, k):
     def heapify(arr, n, i):
         nonlocal calls
         if m * i + 1 < n:
-            cands = [arr[i]] + arr[m * i + 1: min(m * (i + 1) + 1, n)]
+            cands = [arr[i]] + arr[m * i + 1 : min(m * (i + 1) + 1, n)]
             inds = [i] + list(range(m * i + 1, min(m * (i + 1) + 1, n)))
             calls += 1
             largest = inds[choose(query, cands)]
@@ -101,7 +123,7 @@ def reference_heapsort(query, docs, choose, m, k):
         heapify(arr, n, i)
     for i in range(n - 1, 0, -1):
         arr[i], arr[0] = arr[0], arr[i]
-        ranked += 1
+        ranked += 1  # noqa: SIM113 (kept as in llm-rankers)
         if ranked == k:
             break
         heapify(arr, i, 0)
@@ -131,7 +153,8 @@ def test_prompts_are_the_official_ones():
         "After completing the reasoning process, please provide only the label of the most relevant "
         "document to the query, enclosed in square brackets, within the answer tags. For example, if the "
         "third document is the most relevant, the answer should be: <think> reasoning process here </think> "
-        "<answer>[3]</answer>.")
+        "<answer>[3]</answer>."
+    )
     plain = setwise_messages("q", ["a", "b", "c"], reasoning=False)
     assert "<think>" not in plain[0]["content"] + plain[1]["content"]
     assert plain[1]["content"].endswith("the answer should be: <answer>[3]</answer>.")
@@ -195,8 +218,10 @@ def test_parser_and_reward_never_raise_on_random_strings():
     pieces = ["<think>", "</think>", "<answer>", "</answer>", "[", "]", "\n", " ", "\\", ".*", "(", "\ud83d"]
     alphabet = string.printable + "\u0130\u00df\ufb03\u202e\u0000\U0001f600"
     for _ in range(2000):
-        text = "".join(rng.choice(pieces) if rng.random() < 0.4 else rng.choice(alphabet)
-                       for _ in range(rng.randrange(60)))
+        text = "".join(
+            rng.choice(pieces) if rng.random() < 0.4 else rng.choice(alphabet)
+            for _ in range(rng.randrange(60))
+        )
         c, gold = rng.randrange(1, 25), rng.randrange(0, 25)
         for reasoning in (True, False):
             p = parse_answer(text, c, reasoning)
@@ -231,13 +256,26 @@ def test_oracle_heapsort_gives_the_ideal_top_k(dl19, num_child, k):
     assert all(c.comparisons >= 1 for c in costs)
 
 
-@pytest.mark.parametrize("n, m, k", [(100, 19, 10), (100, 3, 10), (37, 2, 7), (20, 19, 10), (21, 19, 10),
-                                     (8, 3, 20), (2, 19, 10), (1, 19, 10), (0, 19, 10), (50, 1, 5),
-                                     (64, 4, 64)])
+@pytest.mark.parametrize(
+    "n, m, k",
+    [
+        (100, 19, 10),
+        (100, 3, 10),
+        (37, 2, 7),
+        (20, 19, 10),
+        (21, 19, 10),
+        (8, 3, 20),
+        (2, 19, 10),
+        (1, 19, 10),
+        (0, 19, 10),
+        (50, 1, 5),
+        (64, 4, 64),
+    ],
+)
 def test_batched_equals_sequential(n, m, k):
     docs = docs_of(n)
     for salt in ("a", "b", "c"):
-        choose = lambda q, c, s=salt: keyed_choice(q, c, s)  # noqa: E731
+        choose = lambda q, c, s=salt: keyed_choice(q, c, s)
         expected, calls = reference_heapsort("q", docs, choose, m, k)
         rankings, costs, batches = rerank_setwise([("q", docs)], as_judge(choose), m, k)
         assert rankings[0] == expected
@@ -266,8 +304,9 @@ def test_call_counts_with_a_judge_that_keeps_the_node():
 
     rankings, costs, calls = rerank_setwise([("q", docs_of(100))], judge, 19, 10)
     assert seen == [5, 1] + [1] * 9 and calls == 11
-    assert costs[0] == SortCost(comparisons=15, batches=11, prompt_tokens=150, completion_tokens=30,
-                                parse_failures=15)
+    assert costs[0] == SortCost(
+        comparisons=15, batches=11, prompt_tokens=150, completion_tokens=30, parse_failures=15
+    )
     # the official order: d0, then the last docs that were swapped into the root
     assert rankings[0][:10] == ["d0", *[f"d{i}" for i in range(99, 90, -1)]]
     assert rankings[0][10:] == [f"d{i}" for i in range(1, 91)]
@@ -302,7 +341,7 @@ def test_llm_judge_maps_shown_labels_back_and_falls_back_to_the_node():
         prompts_seen.extend(prompts)
         out = []
         for p in prompts:
-            shown = re.findall(r"^\[(\d+)\] text (\d+)$", p[1]["content"], re.M)
+            shown = re.findall(r"^\[(\d+)\] text (\d+)$", p[1]["content"], re.MULTILINE)
             label = next(lbl for lbl, i in shown if i == "4")  # always answer where d4 is shown
             out.append(Generation(f"<think>d4</think><answer>[{label}]</answer>", 100, 7))
         return out
@@ -311,7 +350,7 @@ def test_llm_judge_maps_shown_labels_back_and_falls_back_to_the_node():
         verdicts = llm_judge(generate, shuffle=shuffle, seed=3)([("q", cands), ("r", cands[:5])])
         assert [v.choice for v in verdicts] == [4, 4] and all(v.parsed for v in verdicts)
         assert verdicts[0] == Verdict(4, 100, 7, True)
-    shown_orders = [re.findall(r"^\[\d+\] text (\d+)$", p[1]["content"], re.M) for p in prompts_seen]
+    shown_orders = [re.findall(r"^\[\d+\] text (\d+)$", p[1]["content"], re.MULTILINE) for p in prompts_seen]
     assert shown_orders[0] != [str(i) for i in range(6)]  # seed 3 shuffles this comparison
     assert shown_orders[2] == [str(i) for i in range(6)]
     garbage = llm_judge(lambda ps: [Generation("I cannot decide") for _ in ps])([("q", cands)])
@@ -320,7 +359,7 @@ def test_llm_judge_maps_shown_labels_back_and_falls_back_to_the_node():
 
 def test_unparseable_outputs_follow_the_official_fallback():
     docs = docs_of(40)
-    generate = lambda ps: [Generation("<think>hmm</think><answer>[99]</answer>") for _ in ps]  # noqa: E731
+    generate = lambda ps: [Generation("<think>hmm</think><answer>[99]</answer>") for _ in ps]
     rankings, costs, _ = rerank_setwise([("q", docs)], llm_judge(generate), 5, 10)
     expected, calls = reference_heapsort("q", docs, lambda q, c: 0, 5, 10)
     assert rankings[0] == expected and costs[0].parse_failures == costs[0].comparisons == calls
@@ -376,7 +415,7 @@ def test_judged_pool_construction(dl20):
         assert len(docids) == e.target["num_candidates"] == 5 and set(docids) <= set(top100)
         assert grades[docids[e.target["gold"]]] >= 2
         assert all(grades.get(d, 0) == 0 for i, d in enumerate(docids) if i != e.target["gold"])
-        shown = re.findall(r"^\[(\d+)\] (.*)$", e.messages[1]["content"], re.M)
+        shown = re.findall(r"^\[(\d+)\] (.*)$", e.messages[1]["content"], re.MULTILINE)
         assert [t for _, t in shown] == [dl20.corpus[d].text for d in docids]
         assert rank_r1_reward(f"<think>x</think><answer>[{e.target['gold'] + 1}]</answer>", e.target["gold"])
 
@@ -384,8 +423,10 @@ def test_judged_pool_construction(dl20):
 def test_msmarco_construction_from_loader_candidates():
     # as rankrl.data's msmarco-train: each query lists its sampled candidates; qrels hold the positives
     corpus = {f"p{i}": Document(f"p{i}", f"passage {i}") for i in range(60)}
-    queries = {f"q{j}": Query(f"q{j}", f"query {j}", {"candidates": [f"p{j * 20 + i}" for i in range(20)]})
-               for j in range(3)}
+    queries = {
+        f"q{j}": Query(f"q{j}", f"query {j}", {"candidates": [f"p{j * 20 + i}" for i in range(20)]})
+        for j in range(3)
+    }
     qrels = {f"q{j}": {f"p{j * 20 + 7}": 1, f"p{j * 20 + 9}": 1} for j in range(3)}
     bench = Benchmark("msmarco-train", queries, corpus, qrels, {"train": list(queries)})
     examples = setwise_training_examples(bench, "msmarco", num_candidates=20, seed=0)
@@ -410,7 +451,7 @@ def test_construction_rejects_bad_settings():
 def metrics_module(monkeypatch):
     """rankrl.eval.metrics.evaluate_run; an ir_measures stand-in while that module is being written."""
     try:
-        from rankrl.eval.metrics import evaluate_run  # noqa: F401
+        from rankrl.eval.metrics import evaluate_run
     except ImportError:
         import ir_measures
 
@@ -436,9 +477,10 @@ def oracle_generator(bench: Benchmark, reasoning: bool = True):
         out = []
         for p in prompts:
             qid = query_of[re.match(r'Given the query: "(.*)", which', p[1]["content"]).group(1)]
-            shown = [by_text[t] for t in re.findall(r"^\[\d+\] (.*)$", p[1]["content"], re.M)]
-            best = min(range(len(shown)),
-                       key=lambda i: (-bench.qrels[qid].get(shown[i], 0), rank[qid][shown[i]]))
+            shown = [by_text[t] for t in re.findall(r"^\[\d+\] (.*)$", p[1]["content"], re.MULTILINE)]
+            best = min(
+                range(len(shown)), key=lambda i: (-bench.qrels[qid].get(shown[i], 0), rank[qid][shown[i]])
+            )
             answer = f"<answer>[{best + 1}]</answer>"
             out.append(Generation(f"<think>oracle</think>{answer}" if reasoning else answer, 50, 5))
         return out
@@ -477,8 +519,16 @@ def test_evaluate_with_an_oracle_llm_reaches_the_ideal_ndcg(dl19, dl20, metrics_
 
 @needs_dl
 def test_evaluate_truncates_and_limits(dl19, dl20, metrics_module, tokenizer):
-    task = RankR1Task(dl20, dl19, tokenizer=tokenizer, query_max_tokens=4, passage_max_tokens=16,
-                      rerank_depth=20, num_child=3, k=5)
+    task = RankR1Task(
+        dl20,
+        dl19,
+        tokenizer=tokenizer,
+        query_max_tokens=4,
+        passage_max_tokens=16,
+        rerank_depth=20,
+        num_child=3,
+        k=5,
+    )
     seen = []
 
     def generate(prompts):
@@ -490,7 +540,7 @@ def test_evaluate_truncates_and_limits(dl19, dl20, metrics_module, tokenizer):
     for p in seen:
         query = re.match(r'Given the query: "(.*)", which', p[1]["content"]).group(1)
         assert len(tokenizer.tokenize(query)) <= 4
-        for passage in re.findall(r"^\[\d+\] (.*)$", p[1]["content"], re.M):
+        for passage in re.findall(r"^\[\d+\] (.*)$", p[1]["content"], re.MULTILINE):
             assert len(tokenizer.tokenize(passage)) <= 16
 
 
@@ -513,9 +563,12 @@ def test_task_train_examples_and_score(dl19, dl20):
     assert examples and all(e.uid.startswith("dl20:") for e in examples)
     ex = examples[:2]
     gold = [e.target["gold"] for e in ex]
-    completions = [f"<think>a</think><answer>[{gold[0] + 1}]</answer>",  # right
-                   f"<think>a</think><answer>[{(gold[1] + 1) % 5 + 1}]</answer>",  # wrong label
-                   "<answer>[1]</answer>", "nonsense"]
+    completions = [
+        f"<think>a</think><answer>[{gold[0] + 1}]</answer>",  # right
+        f"<think>a</think><answer>[{(gold[1] + 1) % 5 + 1}]</answer>",  # wrong label
+        "<answer>[1]</answer>",
+        "nonsense",
+    ]
     scores = task.score([ex[0], ex[1], ex[0], ex[1]], completions)
     assert scores.rewards.tolist() == [1.0, 0.0, 0.0, 0.0]
     assert scores.format_ok.tolist() == [True, True, False, False]

