@@ -67,6 +67,7 @@ def _atomic_dir(target: Path) -> Iterator[Path]:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
     try:
         yield tmp
         if target.exists():  # another process finished first; its copy is as good as ours

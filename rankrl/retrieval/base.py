@@ -44,7 +44,7 @@ def drop_excluded(run: Run, excluded: Mapping[str, Collection[str]]) -> Run:
     """Remove each query's excluded docids from its ranking (BRIGHT's ``excluded_ids``).
 
     BRIGHT lists, per query, documents that must not count (e.g. the question's own source page); the
-    official evaluation drops them from the run before scoring. Queries absent from ``excluded`` are kept as is.
+    official evaluation drops them from the run before scoring. Queries absent from ``excluded`` stay as is.
     """
     out: Run = {}
     for qid, ranking in run.items():

@@ -1,8 +1,8 @@
 """BM25 through pyserini (Lucene/Anserini), the first stage of Rank-R1 on TREC DL and BRIGHT.
 
-The index is built by Anserini's ``IndexCollection`` (what ``python -m pyserini.index.lucene`` runs) in a child
-JVM started from the ``java`` binary that ``rankrl.retrieval.java`` found: its options are then ours, not
-pyserini's, and an indexing crash cannot take the training process with it. Searching uses pyserini's
+The index is built by Anserini's ``IndexCollection`` (what ``python -m pyserini.index.lucene`` runs) in a
+child JVM started from the ``java`` binary that ``rankrl.retrieval.java`` found: its options are then ours,
+not pyserini's, and an indexing crash cannot take the training process with it. Searching uses pyserini's
 ``LuceneSearcher`` in-process with ``set_bm25(k1, b)`` and ``batch_search``.
 
 An index folder is named by a content hash of the corpus, so a second call with the same documents reuses it.
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _META = "rankrl_index.json"
+MAX_QUERY_TERMS = 1 << 20
 
 
 def write_json_collection(docs: Sequence[Document], folder: Path) -> Path:
@@ -68,7 +69,7 @@ def run_anserini_indexer(collection_dir: Path, index_dir: Path, threads: int) ->
         "-storePositions", "-storeDocvectors", "-storeRaw",
     ]  # fmt: skip
     log.info("indexing: %s", " ".join(cmd))
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy(), check=False)
     if proc.returncode != 0 or not any(index_dir.glob("segments_*")):
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-20:])
         raise RuntimeError(f"Anserini indexing failed (exit {proc.returncode}) for {collection_dir}:\n{tail}")
@@ -112,8 +113,12 @@ def build_lucene_index(
 def open_searcher(index_dir: Path, k1: float, b: float) -> LuceneSearcher:
     """A pyserini LuceneSearcher over ``index_dir`` with BM25(k1, b)."""
     start_jvm()  # before the first pyserini import, so the JVM gets options this JDK supports
+    from jnius import autoclass
     from pyserini.search.lucene import LuceneSearcher
 
+    # One clause per distinct query term: long queries (BRIGHT's, or LLM rewrites) pass Lucene's default
+    # of 1,024 and would fail inside batch_search with an unhelpful "completedTaskCount" error.
+    autoclass("org.apache.lucene.search.IndexSearcher").setMaxClauseCount(MAX_QUERY_TERMS)
     searcher = LuceneSearcher(str(index_dir))
     searcher.set_bm25(k1, b)
     return searcher

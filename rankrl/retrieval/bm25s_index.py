@@ -3,7 +3,7 @@
 Scores match pyserini's only when the text is cut into the same terms, so the tokenizer imitates Anserini's
 default English analyzer: lowercase, Lucene's 33 English stopwords (bm25s' ``"en"`` list is that set), and the
 Porter stemmer (PyStemmer's ``porter``; like Lucene's PorterStemmer it leaves words of one or two letters
-alone). Without stemming, top-10 agreement with Lucene drops sharply (see tests/retrieval/test_bm25s_index.py).
+alone). Without stemming, top-10 agreement with Lucene drops sharply (tests/retrieval/test_bm25s_index.py).
 Documents or queries with no matching term get no result, as in Lucene, instead of bm25s' zero-score filler.
 """
 
@@ -47,7 +47,7 @@ def porter_stemmer(required: bool) -> Callable[[str], str] | None:
 
 
 def make_stemmer(choice: StemmerChoice) -> Callable[[str], str] | None:
-    """``"porter"`` (needs PyStemmer), ``"auto"`` (porter if PyStemmer is installed), or None (no stemming)."""
+    """``"porter"`` (needs PyStemmer), ``"auto"`` (porter if PyStemmer is installed), or None (none)."""
     if choice is None:
         return None
     if choice not in ("auto", "porter"):
@@ -131,7 +131,7 @@ class BM25S:
         return bm25.get_scores(known)
 
     def search(self, queries: Mapping[str, str], k: int) -> Run:
-        """Top-``k`` documents per query: qid -> docid -> score; only documents sharing a term are returned."""
+        """Top-``k`` documents per query: qid -> docid -> score; only documents sharing a term count."""
         check_k(k)
         qids = list(queries)
         run: Run = {}

@@ -1,7 +1,8 @@
 """Text -> image retrieval with a frozen open_clip model: GRAPE's retriever and the source of its rank reward.
 
 Images are encoded once into a faiss flat inner-product index over normalised embeddings; a (rewritten) query
-is encoded as text and scored against every image, so ``rank_of`` gives the target's rank over the whole corpus.
+is encoded as text and scored against every image, so ``rank_of`` gives the target's rank over the whole
+corpus.
 ``pretrained=None`` builds a randomly initialised model (enough to test the code path on a machine without
 weights); real runs name open_clip weights, e.g. ``arch="ViT-B-16", pretrained="openai"``.
 """
@@ -33,7 +34,12 @@ def load_image(doc: Document) -> Any:
     if "image" in doc.extra:
         return doc.extra["image"]
     if "image_path" in doc.extra:
-        with Image.open(Path(doc.extra["image_path"])) as img:
+        path = Path(doc.extra["image_path"])
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"image of {doc.docid!r} not found at {path}: fetch the benchmark's images"
+            )
+        with Image.open(path) as img:
             return img.convert("RGB")
     raise KeyError(f"document {doc.docid!r} has neither extra['image'] nor extra['image_path']")
 
@@ -113,7 +119,7 @@ class ClipRetriever:
         return self._require().rank_of(self.encode_texts(texts), target_ids).tolist()
 
     def similarity(self, texts: Sequence[str], target_ids: Sequence[str]) -> list[float]:
-        """Cosine similarity of ``texts[i]`` with image ``target_ids[i]`` (GRAPE's similarity-reward ablation)."""
+        """Cosine of ``texts[i]`` with image ``target_ids[i]`` (GRAPE's similarity-reward ablation)."""
         return self._require().similarity(self.encode_texts(texts), target_ids).tolist()
 
     @property

@@ -47,7 +47,7 @@ def java_major_version(java_home: Path) -> int | None:
     if not java.is_file():
         return None
     try:
-        out = subprocess.run([str(java), "-version"], capture_output=True, text=True, timeout=60)
+        out = subprocess.run([str(java), "-version"], capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return parse_java_major(out.stderr + out.stdout)
@@ -98,7 +98,11 @@ def find_java_home(min_major: int = MIN_JAVA_MAJOR) -> Path:
 def has_java_module(java_home: Path, module: str) -> bool:
     """Whether the JDK ships ``module`` (``java --list-modules``)."""
     out = subprocess.run(
-        [str(java_home / "bin" / "java"), "--list-modules"], capture_output=True, text=True, timeout=60
+        [str(java_home / "bin" / "java"), "--list-modules"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     return any(line.split("@")[0] == module for line in out.stdout.splitlines())
 

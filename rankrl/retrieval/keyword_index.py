@@ -1,13 +1,14 @@
 """CoGR's retrieval: an inverted index over generated keyword sets, and the item-side counterfactual reward.
 
-An item i is retrieved for a query q when ``(S_q ∪ {q}) ∩ (S_i ∪ {i}) ≠ ∅``: the query's keywords (plus its own
-terms, e.g. the query string) share a term with the item's keywords (plus its own terms, e.g. its title).
+An item i is retrieved for a query q when ``(S_q ∪ {q}) ∩ (S_i ∪ {i}) ≠ ∅``: the query's keywords (plus its
+own terms, e.g. the query string) share a term with the item's keywords (plus its own terms, e.g. its title).
 Keywords are whole phrases: ``"Sofa  Bed"`` and ``"sofa bed"`` are one term, ``"sofa"`` another. Retrieved
 items are ranked by BM25 over the keyword bags (bm25s); the reward only needs the retrieved *set* and its F1.
 
 The item reward compares the sum of F1 over all queries with item i's keywords replaced against the same sum
 on the reference index. Replacing one item's keywords can only move that one item in or out of a query's set,
-and only for queries that share a term with its old or new bag, so ``ItemCounterfactual`` re-scores just those.
+and only for queries that share a term with its old or new bag, so ``ItemCounterfactual`` re-scores only
+those.
 """
 
 from __future__ import annotations
@@ -104,17 +105,17 @@ class KeywordIndex:
         return [(self._bm25.docids[i], s) for i, s in hits]
 
     def search(self, queries: Mapping[str, Iterable[str]], k: int | None = None) -> Run:
-        """qid -> item -> BM25 score for queries given as keyword collections; all retrieved items if k is None."""
+        """qid -> item -> BM25 score for keyword queries; every retrieved item when ``k`` is None."""
         return {qid: dict(self.retrieve(kw)[:k]) for qid, kw in queries.items()}
 
     def f1(
         self, query_keywords: Iterable[str], relevant: Collection[str], query_terms: Iterable[str] = ()
     ) -> float:
-        """Set F1 of the retrieved set against the relevant items: CoGR's query reward (before its budget rule)."""
+        """Set F1 of the retrieved set against the relevant items: CoGR's query reward (before the budget)."""
         return set_f1(self.retrieve_set(query_keywords, query_terms), relevant)
 
     def with_keywords(self, item_id: str, new_keywords: Iterable[str]) -> KeywordIndex:
-        """A new index where only ``item_id``'s keywords are replaced (its own terms stay): the brute-force path."""
+        """A new index with only ``item_id``'s keywords replaced (own terms stay): the brute-force path."""
         self.bag_of(item_id)
         keywords = {i: (new_keywords if i == item_id else kw) for i, kw in self.keywords.items()}
         return KeywordIndex(keywords, self.own_terms, k1=self.k1, b=self.b)
@@ -165,6 +166,7 @@ class ItemCounterfactual:
 
         Only affected queries are re-scored; every other query's retrieved set is provably unchanged.
         """
+        self.index.bag_of(item_id)  # names an unknown item before anything else
         new_keywords = list(new_keywords)
         new_bag = keyword_bag(new_keywords) | self.index.own_terms[item_id]
         delta = 0.0

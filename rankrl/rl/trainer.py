@@ -220,47 +220,20 @@ class GRPOTrainer:
         # With one update per batch the sampling policy *is* the current policy: ratio = 1 (as TRL).
         old = self._frozen_logprobs(batch, reference=False) if cfg.num_iterations > 1 else None
         ref = self._frozen_logprobs(batch, reference=True) if cfg.beta > 0 else None
-        # one denominator for the whole step (all micro-batches, all ranks): accumulated gradients then
-        # equal the full batch's; DDP averages over ranks, so each rank's loss is scaled back by world size
-        num_items = ddp.global_sum(float(count_loss_items(cfg.loss_agg, batch.response_mask)))
         sums: dict[str, float] = {}
         for it in range(cfg.num_iterations):
-            for start in range(0, len(batch), cfg.micro_batch_size):
-                stop = start + cfg.micro_batch_size
-                micro = batch.rows(start, stop)
-                logps = token_logprobs(self.model, micro, cfg.sampling.temperature)
-                loss, stats = policy_loss(
-                    logps,
-                    (old[start:stop] if old is not None else logps.detach()),
-                    advantages[start:stop],
-                    micro.response_mask,
-                    eps_low=cfg.eps_low,
-                    eps_high=cfg.eps_high,
-                    ref_logprobs=ref[start:stop] if ref is not None else None,
-                    beta=cfg.beta,
-                    loss_agg=cfg.loss_agg,
-                    max_completion_length=cfg.sampling.max_new_tokens,
-                    num_items_in_batch=num_items,
-                )
-                if not torch.isfinite(loss):
-                    self.optimizer.zero_grad(set_to_none=True)
-                    raise NonFiniteLossError(
-                        f"non-finite loss ({loss.item()}) at step {self.step + 1}; nothing was saved after the last "
-                        f"good checkpoint {latest_checkpoint(self.ckpt_root)}. Lower trainer.lr or check the rewards."
-                    )
-                (loss * ddp.world_size()).backward()
-                weight = len(micro) / len(batch) / cfg.num_iterations
-                sums["loss"] = sums.get("loss", 0.0) + float(loss.detach()) / cfg.num_iterations
-                for k, v in stats.items():
-                    sums[k] = sums.get(k, 0.0) + float(v) * (
-                        weight if k != "pg_loss" else 1 / cfg.num_iterations
-                    )
-                if it == 0:  # before any update: how far the engine's log-probs are from the trainer's
-                    sums["sampler_logprob_gap"] = sums.get("sampler_logprob_gap", 0.0) + _mean_gap(
-                        logps.detach(), micro.sampler_logprobs, micro.response_mask
-                    ) * len(micro) / len(batch)
-            grad_norm = self._optimizer_step()
-            sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm / cfg.num_iterations
+            try:
+                stats = backward_batch(self.model, batch, advantages, cfg, old=old, ref=ref)
+            except NonFiniteLossError as err:
+                self.optimizer.zero_grad(set_to_none=True)
+                raise NonFiniteLossError(
+                    f"{err} at step {self.step + 1}; nothing was saved after the last good checkpoint "
+                    f"{latest_checkpoint(self.ckpt_root)}. Lower trainer.lr or check the rewards.") from None
+            if it > 0:
+                stats.pop("sampler_logprob_gap")  # only meaningful before the first update
+            stats["grad_norm"] = self._optimizer_step()
+            for k, v in stats.items():
+                sums[k] = sums.get(k, 0.0) + v / (cfg.num_iterations if k != "sampler_logprob_gap" else 1)
         return sums
 
     def _optimizer_step(self) -> float:
@@ -277,6 +250,37 @@ class GRPOTrainer:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return grad_norm
+
+
+def backward_batch(model: torch.nn.Module, batch: PolicyBatch, advantages: torch.Tensor, cfg: TrainerConfig,
+                   old: torch.Tensor | None = None, ref: torch.Tensor | None = None) -> dict[str, float]:
+    """Accumulate the gradient of one pass over ``batch`` in micro-batches; returns batch-level stats.
+
+    One denominator serves the whole step (every micro-batch, every rank), so the accumulated gradient
+    equals the full batch's; DDP averages over ranks, so each rank's loss is scaled back by the world size.
+    """
+    num_items = ddp.global_sum(float(count_loss_items(cfg.loss_agg, batch.response_mask)))
+    sums: dict[str, float] = {}
+    for start in range(0, len(batch), cfg.micro_batch_size):
+        stop = start + cfg.micro_batch_size
+        micro = batch.rows(start, stop)
+        logps = token_logprobs(model, micro, cfg.sampling.temperature)
+        loss, stats = policy_loss(
+            logps, old[start:stop] if old is not None else logps.detach(), advantages[start:stop],
+            micro.response_mask, eps_low=cfg.eps_low, eps_high=cfg.eps_high,
+            ref_logprobs=ref[start:stop] if ref is not None else None, beta=cfg.beta, loss_agg=cfg.loss_agg,
+            max_completion_length=cfg.sampling.max_new_tokens, num_items_in_batch=num_items)
+        if not torch.isfinite(loss):
+            raise NonFiniteLossError(f"non-finite loss ({loss.item()})")
+        (loss * ddp.world_size()).backward()
+        share = len(micro) / len(batch)
+        # loss and pg_loss are already shares of the batch total; the rest are per-micro means
+        sums["loss"] = sums.get("loss", 0.0) + float(loss.detach())
+        for k, v in stats.items():
+            sums[k] = sums.get(k, 0.0) + float(v) * (1.0 if k == "pg_loss" else share)
+        sums["sampler_logprob_gap"] = sums.get("sampler_logprob_gap", 0.0) + share * _mean_gap(
+            logps.detach(), micro.sampler_logprobs, micro.response_mask)
+    return sums
 
 
 def _mean_gap(logps: torch.Tensor, sampler_logps: torch.Tensor, mask: torch.Tensor) -> float:

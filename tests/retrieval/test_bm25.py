@@ -44,6 +44,14 @@ def test_queries_without_known_terms_get_nothing(lucene_bm25) -> None:
     assert lucene_bm25.search({"empty": "", "unknown": "zzqqxxv"}, 5) == {"empty": {}, "unknown": {}}
 
 
+def test_long_queries_pass_lucenes_clause_limit(lucene_bm25, dl19_sample) -> None:
+    qid, text = next(iter(dl19_sample[0].items()))
+    long_query = text + " " + " ".join(f"zzterm{i}" for i in range(3000))  # 3,000+ distinct terms
+    assert list(lucene_bm25.search({"q": long_query}, 5)["q"]) == list(
+        lucene_bm25.search({qid: text}, 5)[qid]
+    )
+
+
 def test_excluded_ids_are_dropped_and_k_kept(lucene_bm25, dl19_sample) -> None:
     queries = dict(list(dl19_sample[0].items())[:4])
     full = lucene_bm25.search(queries, 10)

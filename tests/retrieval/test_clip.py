@@ -81,6 +81,8 @@ def test_index_from_image_documents(clip, tmp_path) -> None:
     assert sorted(retriever.rank_of(["x"] * 3, ["p0", "p1", "p2"])) == [1, 2, 3]
     with pytest.raises(KeyError, match="image_path"):
         retriever.index([Document("t", "text only")])
+    with pytest.raises(FileNotFoundError, match="'gone'"):
+        retriever.index([Document("gone", "", extra={"image_path": str(tmp_path / "missing.jpg")})])
 
 
 def test_unknown_arch_lists_choices() -> None:

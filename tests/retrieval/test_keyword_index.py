@@ -74,9 +74,11 @@ def test_incremental_gain_equals_brute_force(seed: int) -> None:
         expected = brute_force_total_f1(replaced, queries, query_terms, relevant) - reference
         assert counterfactual.gain(item, new) == pytest.approx(expected, abs=1e-9)
         changed = {
-            q for q, kw in queries.items()
-            if replaced.retrieve_set(kw, query_terms.get(q, ())) != index.retrieve_set(kw, query_terms.get(q, ()))
-        }  # fmt: skip
+            q
+            for q, kw in queries.items()
+            if replaced.retrieve_set(kw, query_terms.get(q, ()))
+            != index.retrieve_set(kw, query_terms.get(q, ()))
+        }
         assert changed <= set(counterfactual.affected_queries(item, new))
 
 
