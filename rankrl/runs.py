@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 import numpy as np
 import torch
+from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
 from rankrl.config import REPO_ROOT
@@ -62,7 +63,7 @@ def run_record(
         extra: anything else worth keeping (inference cost, training summary, checkpoint path).
     """
     model = cfg.get("model") or {}
-    uses_model = bool(cfg.task.get("uses_model", True))
+    uses_model = bool(getattr(get_class(cfg.task._target_), "uses_model", True))
     return {
         "schema": SCHEMA,
         "kind": kind,

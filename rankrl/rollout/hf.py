@@ -23,25 +23,13 @@ from transformers.generation.logits_process import TemperatureLogitsWarper, TopK
 from rankrl.rollout.base import Messages, Rollouts, SamplingParams
 
 # Settings a model's own generation_config may carry (e.g. Qwen's top_k=20, repetition_penalty=1.05) that
-# would silently change the sampling distribution: SamplingParams is the only source of truth.
-NEUTRAL_GENERATION = dict(
-    temperature=1.0,
-    top_k=0,
-    top_p=1.0,
-    min_p=None,
-    typical_p=1.0,
-    top_h=None,
-    epsilon_cutoff=0.0,
-    eta_cutoff=0.0,
-    repetition_penalty=1.0,
-    no_repeat_ngram_size=0,
-    bad_words_ids=None,
-    suppress_tokens=None,
-    begin_suppress_tokens=None,
-    min_length=0,
-    min_new_tokens=None,
-    num_beams=1,
-)
+# would silently change the sampling distribution: SamplingParams is the only source of truth. The
+# warpers (temperature, top-k/p ...) are ours, placed before the log-prob recorder; generate adds none.
+NEUTRAL_PROCESSORS = dict(repetition_penalty=1.0, no_repeat_ngram_size=0, bad_words_ids=None,
+                          suppress_tokens=None, begin_suppress_tokens=None, min_length=0, min_new_tokens=None,
+                          num_beams=1)
+NEUTRAL_WARPERS = dict(temperature=1.0, top_k=0, top_p=1.0, min_p=None, typical_p=1.0, top_h=None,
+                       epsilon_cutoff=0.0, eta_cutoff=0.0)
 
 
 def render_prompts(
@@ -200,7 +188,8 @@ class HFEngine:
         sequences = self.model.generate(
             input_ids=input_ids.to(device),
             attention_mask=attention_mask.to(device),
-            **NEUTRAL_GENERATION,
+            **NEUTRAL_PROCESSORS,
+            **(NEUTRAL_WARPERS if sample else {}),  # greedy applies no warpers (and warns if given any)
             do_sample=sample,
             max_new_tokens=sampling.max_new_tokens,
             num_return_sequences=per_prompt,

@@ -446,7 +446,8 @@ class RankR1Task:
         for q, first, ranked in zip(queries, firsts, rankings):
             order = ranked + first[self.rerank_depth :]
             run[q.qid] = {d: float(len(order) - i) for i, d in enumerate(order)}
-        metrics = evaluate_run(run, bench.qrels, ["nDCG@10"], relevance_level=bench.relevance_level)
+        qrels = {q.qid: bench.qrels[q.qid] for q in queries if q.qid in bench.qrels}  # only what was ranked
+        metrics = evaluate_run(run, qrels, ["nDCG@10"], relevance_level=bench.relevance_level)
         totals = {f: sum(getattr(c, f) for c in costs) for f in asdict(SortCost())}
         per_query = {q.qid: asdict(c) for q, c in zip(queries, costs)}
         cost = {**totals, "queries": len(queries), "judge_calls": calls, "per_query": per_query}

@@ -64,16 +64,23 @@ def test_rows_are_prompt_major_unpadded_and_counted(policy):
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_logprobs_match_teacher_forced_recomputation(policy, temperature):
     model, tok = policy
+    # a model's own sampling defaults (Qwen ships some) must not leak into the distribution
+    for key, value in dict(top_k=3, top_p=0.5, temperature=0.1, repetition_penalty=2.0).items():
+        setattr(model.generation_config, key, value)
     torch.manual_seed(0)
     out = HFEngine(model, tok, batch_size=2).generate(
         PROMPTS, n=2, sampling=SamplingParams(max_new_tokens=5, temperature=temperature)
     )
     model.eval()
+    ranks = []
     for p, c, lp in zip(out.prompt_ids, out.completion_ids, out.logprobs):
         assert all(torch.isfinite(torch.tensor(lp)))
-        torch.testing.assert_close(
-            torch.tensor(lp), teacher_forced(model, p, c, temperature), atol=1e-4, rtol=0
-        )
+        expected = teacher_forced(model, p, c, temperature)
+        torch.testing.assert_close(torch.tensor(lp), expected, atol=1e-4, rtol=0)
+        with torch.no_grad():
+            logits = model(torch.tensor([p + c])).logits[0, len(p) - 1 : -1]
+        ranks += (logits > logits.gather(1, torch.tensor(c)[:, None])).sum(-1).tolist()
+    assert max(ranks) >= 3  # sampled from the full vocabulary, not the config's top 3
 
 
 def test_top_k_logprobs_are_renormalized_over_the_kept_tokens(policy):

@@ -1,0 +1,82 @@
+"""The entry points as a user runs them: run folders, metrics.json, sweeps, the report, W&B failures."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rankrl.runs import SCHEMA
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    out = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    return out
+
+
+@pytest.mark.parametrize("experiment,ndcg", [("bm25_dl19", 0.5058), ("bm25_dl20", 0.4796)])
+def test_bm25_rows_are_exact(tmp_path, data_dir, experiment, ndcg):
+    _run("rankrl.evaluate", f"experiment=rankr1/{experiment}", f"hydra.run.dir={tmp_path}", "logger=none")
+    record = json.loads((tmp_path / "metrics.json").read_text())
+    assert record["schema"] == SCHEMA and record["paper"] == "rankr1"
+    assert round(record["metrics"]["nDCG@10"], 4) == ndcg
+    assert record["model"] is None  # no LLM in a first-stage row
+    assert record["scale"] == "cpu" and record["git_commit"] != ""
+    assert (tmp_path / "config.yaml").exists()
+
+
+def test_data_dir_override_is_used(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "rankrl.evaluate", "experiment=rankr1/bm25_dl19",
+                          f"paths.data_dir={tmp_path / 'nowhere'}", f"hydra.run.dir={tmp_path / 'run'}"],
+                         capture_output=True, text=True)
+    assert out.returncode != 0
+    assert str(tmp_path / "nowhere") in out.stderr and "make data" in out.stderr
+
+
+def test_submitit_local_multirun(tmp_path, data_dir):
+    _run("rankrl.evaluate", "-m", "experiment=rankr1/bm25_dl19", "benchmark=dl19,dl20", "task.benchmark=${benchmark.name}",
+         "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10", f"hydra.sweep.dir={tmp_path}")
+    records = [json.loads(p.read_text()) for p in sorted(tmp_path.rglob("metrics.json"))]
+    assert sorted(r["benchmark"] for r in records) == ["dl19", "dl20"]
+    assert sorted(round(r["metrics"]["nDCG@10"], 4) for r in records) == [0.4796, 0.5058]
+
+
+def test_report_regenerates_tables_from_runs(tmp_path, data_dir):
+    runs = tmp_path / "runs"
+    _run("rankrl.evaluate", "experiment=rankr1/bm25_dl19", f"hydra.run.dir={runs / 'a'}")
+    _run("rankrl.report", "paper=rankr1", f"runs_dir={runs}", f"out_dir={tmp_path / 'tables'}")
+    table = (tmp_path / "tables" / "trec_dl.md").read_text()
+    bm25 = next(line for line in table.splitlines() if line.startswith("| BM25") and "ours" in line)
+    assert "0.5058" in bm25 and "missing" in bm25  # DL20 was not run: missing, never a number
+    assert "theirs (P)" in table and "0.5060" in table
+    csv = (tmp_path / "tables" / "trec_dl.csv").read_text()
+    assert "missing" in csv
+
+
+def test_wandb_failure_warns_once_and_training_goes_on(tmp_path, model_dir, monkeypatch, caplog):
+    import wandb
+
+    from rankrl.tracking import RunLogger
+
+    def broken(**kwargs):
+        raise RuntimeError("no network")
+
+    monkeypatch.setattr(wandb, "init", broken)
+    logger = RunLogger(tmp_path, {"enabled": True, "mode": "online", "project": "x"}, config={}, name="t")
+    for step in range(3):
+        logger.log({"reward/mean": 0.5}, step=step)
+    logger.finish()
+    warnings = [r for r in caplog.records if "W&B" in r.getMessage()]
+    assert len(warnings) == 1
+    assert len((tmp_path / "train_log.jsonl").read_text().splitlines()) == 3
+
+
+def test_wandb_offline_run_is_written(tmp_path, model_dir):
+    _run("rankrl.train", "model=tiny", "trainer.max_steps=1", "task.num_eval_prompts=2",
+         f"hydra.run.dir={tmp_path}", "experiment_name=core/wandb_check")
+    offline = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert offline, list(tmp_path.iterdir())
