@@ -12,7 +12,8 @@ from rankrl.data.records import Run
 
 
 class FirstStageTask:
-    """Evaluate ``benchmark.runs[run]`` with the benchmark's relevance level.
+    """Evaluate ``benchmark.runs[run]`` (built by BM25 over the corpus if not shipped) with the benchmark's
+    relevance level.
 
     Args:
         benchmark: benchmark name (``rankrl.data.load_benchmark``).
@@ -36,11 +37,6 @@ class FirstStageTask:
         from rankrl.data import load_benchmark
 
         self.benchmark = load_benchmark(benchmark, data_dir)
-        if run not in self.benchmark.runs:
-            raise ValueError(
-                f"benchmark {benchmark!r} has no first-stage run {run!r}; "
-                f"valid: {sorted(self.benchmark.runs) or 'none (it ships no run)'}"
-            )
         self.run_name, self.measures, self.depth = run, list(measures), depth
 
     def train_examples(self) -> list:
@@ -52,9 +48,11 @@ class FirstStageTask:
     def evaluate(self, generate: Any = None, split: str = "test", limit: int | None = None) -> dict[str, Any]:
         from rankrl.eval.metrics import evaluate_run
         from rankrl.retrieval.base import drop_excluded
+        from rankrl.retrieval.first_stage import ensure_run
 
         qids = self.benchmark.splits[split][:limit] if limit else self.benchmark.splits[split]
-        run = {q: self.benchmark.runs[self.run_name].get(q, {}) for q in qids}
+        full = ensure_run(self.benchmark, self.run_name, depth=self.depth or 100)
+        run = {q: full.get(q, {}) for q in qids}
         excluded = {q: self.benchmark.queries[q].extra.get("excluded_ids", ()) for q in qids}
         run = _top(drop_excluded(run, excluded), self.depth)
         qrels = {q: self.benchmark.qrels[q] for q in qids if q in self.benchmark.qrels}

@@ -275,9 +275,9 @@ def passage_text(benchmark: Benchmark, docid: str) -> str:
 def first_stage_ranking(benchmark: Benchmark, qid: str, run_name: str = "bm25") -> list[str]:
     """A query's first-stage docids, best first (ties in run order), without its ``excluded_ids``: BRIGHT's
     rule, applied before reranking as in Rank-R1/bright/filter_run.py."""
-    if run_name not in benchmark.runs:
-        raise KeyError(f"benchmark {benchmark.name!r} has no run {run_name!r}; has: {sorted(benchmark.runs)}")
-    scores = benchmark.runs[run_name].get(qid, {})
+    from rankrl.retrieval.first_stage import ensure_run
+
+    scores = ensure_run(benchmark, run_name).get(qid, {})  # BRIGHT: BM25 over its documents, built once
     query = benchmark.queries.get(qid)
     excluded = set(query.extra.get("excluded_ids", ())) if query else set()
     return [d for d in sorted(scores, key=lambda d: -scores[d]) if d not in excluded]

@@ -1,0 +1,35 @@
+"""The first-stage run of a benchmark: the shipped one where it exists, else BM25 over its corpus.
+
+TREC DL ships its BM25 top-100; BRIGHT ships only queries, qrels and (for users with internet) documents,
+so its run is built here with one Lucene index per task, each query's ``excluded_ids`` dropped.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from rankrl.data.records import Benchmark, Run
+from rankrl.retrieval.base import search_excluding
+
+
+def ensure_run(benchmark: Benchmark, name: str = "bm25", depth: int = 100, k1: float = 0.9, b: float = 0.4,
+               cache_dir: str | Path | None = None) -> Run:
+    """``benchmark.runs[name]``, built by pyserini BM25 (k1, b) over the corpus and cached on it if absent.
+
+    Raises the data layer's ``MissingDataError`` (which names the fetch command) when the corpus is missing.
+    """
+    if name in benchmark.runs:
+        return benchmark.runs[name]
+    if name != "bm25":
+        raise ValueError(f"benchmark {benchmark.name!r} has no run {name!r} and only 'bm25' can be built; "
+                         f"shipped runs: {sorted(benchmark.runs) or 'none'}")
+    from rankrl.retrieval.bm25 import PyseriniBM25
+
+    docs = list(benchmark.corpus.values())
+    cache = cache_dir or os.environ.get("RANKRL_CACHE_DIR")
+    retriever = PyseriniBM25(docs, k1=k1, b=b, cache_dir=cache, name=benchmark.name)
+    queries = {q.qid: q.text for q in benchmark.queries.values()}
+    excluded = {q.qid: tuple(q.extra.get("excluded_ids", ())) for q in benchmark.queries.values()}
+    benchmark.runs[name] = search_excluding(retriever, queries, depth, excluded)
+    return benchmark.runs[name]
