@@ -33,6 +33,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from rankrl.tasks.vowels import VowelWordsTask, vowel_word_reward
+
 GOAL_RATIO = 0.8  # the issue's target: ours takes at most 0.8x TRL's time per step
 SIDES = ("ours", "trl")
 PROTOCOL = "BENCH "  # prefix of the worker's protocol lines on stdout (libraries may print too)
@@ -108,15 +110,11 @@ class Channel:
 
 def vowel_reward(completions: list, **_: Any) -> list[float]:
     """TRL reward function: ``rankrl.tasks.vowels.vowel_word_reward`` of each completion's text."""
-    from rankrl.tasks.vowels import vowel_word_reward
-
     texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
     return [vowel_word_reward(t)[0] for t in texts]
 
 
-def _task(cfg: BenchConfig):
-    from rankrl.tasks.vowels import VowelWordsTask
-
+def _task(cfg: BenchConfig) -> VowelWordsTask:
     return VowelWordsTask(num_train_prompts=cfg.prompts)  # every step takes all B prompts
 
 
@@ -239,8 +237,7 @@ class Worker:
     """A worker process seen from the parent: start it, run one step, read its report."""
 
     def __init__(self, side: str, cfg: BenchConfig) -> None:
-        self.side = side
-        self.log = tempfile.TemporaryFile(mode="w+")  # stderr: library chatter, shown if the worker fails
+        self.side, self.log = side, tempfile.TemporaryFile(mode="w+")  # stderr, shown if the worker fails
         cmd = [sys.executable, "-m", "rankrl.bench", "--worker", side,
                "--worker-config", json.dumps(asdict(cfg))]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
@@ -261,10 +258,11 @@ class Worker:
         self.proc.stdin.flush()
         return self.read()
 
-    def close(self) -> None:
+    def close(self, kill: bool = False) -> None:
+        """Let the worker finish (it has run all its steps), or kill it when the benchmark failed."""
         self.proc.stdin.close()
         try:
-            self.proc.wait(timeout=60)
+            self.proc.wait(timeout=1 if kill else 60)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
@@ -277,6 +275,7 @@ def run_benchmark(cfg: BenchConfig) -> dict[str, Any]:
         raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {cfg.repeats}, {cfg.warmup}")
     load_before = os.getloadavg()[0]
     workers = {side: Worker(side, cfg) for side in SIDES}  # both load at once; no step has started yet
+    failed = True
     try:
         threads = {side: w.read()["threads"] for side, w in workers.items()}
         steps: dict[str, list[dict]] = {side: [] for side in SIDES}
@@ -286,9 +285,10 @@ def run_benchmark(cfg: BenchConfig) -> dict[str, Any]:
                 record.pop("event")
                 if round_ >= cfg.warmup:
                     steps[side].append(record)
+        failed = False
     finally:
         for w in workers.values():
-            w.close()
+            w.close(kill=failed)
     return summarize(cfg, steps, threads, load_before)
 
 

@@ -180,6 +180,9 @@ class GRPOTrainer:
             "tokens_per_s": n_tokens / max(t_gen, 1e-9),
             **update_stats,
             **{f"task/{k}": v for k, v in scores.metrics.items()},
+            # one completion per step, to read what the policy writes (W&B shows it as text)
+            "sample/completion": rollouts.texts[0],
+            "sample/reward": scores.rewards[0].item(),
         }
 
     # ---------------------------------------------------------------- pieces

@@ -1,0 +1,66 @@
+"""The ours-vs-TRL step benchmark: real measurements, a complete report; timings are never asserted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rankrl import bench
+
+
+def test_step_meter_sees_memory_allocated_during_the_step() -> None:
+    meter = bench.StepMeter()
+    before = bytearray(64 * 2**20)  # allocated before the step: must not count as the step's growth
+    meter.start()
+    during = bytearray(96 * 2**20)  # bytearray writes zeros, so the pages become resident
+    record = meter.stop()
+    del before, during
+    assert record["step_s"] > 0
+    assert 96 <= record["peak_rss_mib"] - record["rss_before_mib"] < 96 + 64
+
+
+def test_trl_reward_is_the_vowels_reward_on_either_completion_format() -> None:
+    chat = [[{"role": "assistant", "content": "an owl eats mice"}], [{"role": "assistant", "content": "!!"}]]
+    assert bench.vowel_reward(chat) == [0.75, 0.0]
+    assert bench.vowel_reward(["an owl eats mice"], completion_ids=[[1]]) == [0.75]
+
+
+def test_benchmark_runs_both_sides_and_reports_them(model_dir, tmp_path, capsys) -> None:
+    """Tiny model, one timed step each (no warm-up), 4 new tokens: structure only, no timing asserts."""
+    trl = pytest.importorskip("trl", reason="TRL is a test dependency: pip install -r requirements/cpu.txt")
+    import torch
+    import transformers
+
+    out = tmp_path / "bench.json"
+    result = bench.main(["--model", str(model_dir / "tiny"), "--repeats", "1", "--warmup", "0",
+                         "--max-new-tokens", "4", "--out", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    for side in bench.SIDES:
+        s = result[side]
+        assert len(s["steps"]) == 1 and s["median_step_s"] > 0
+        assert s["median_generate_s"] > 0 and s["median_update_s"] > 0 and s["median_reward_s"] >= 0
+        assert s["median_generate_s"] + s["median_reward_s"] + s["median_update_s"] == pytest.approx(
+            s["median_step_s"], rel=0.05)
+        assert s["peak_rss_mib"] > 0 and s["peak_growth_mib"] >= 0
+        assert 1 <= s["completion_length_mean"] <= 4 and 0 <= s["reward_mean"] <= 1
+    assert result["ratio_ours_over_trl"] == pytest.approx(
+        result["ours"]["median_step_s"] / result["trl"]["median_step_s"])
+    assert result["goal"] == {"max_ratio": 0.8, "met": result["ratio_ours_over_trl"] <= 0.8}
+    assert result["versions"] == {"python": result["versions"]["python"], "torch": torch.__version__,
+                                  "transformers": transformers.__version__, "trl": trl.__version__}
+    assert result["machine"]["nproc"] >= 1 and set(result["machine"]["torch_threads"]) == set(bench.SIDES)
+    assert "4 prompts x G=4, 4 new tokens" in result["configuration"]
+
+    printed = capsys.readouterr().out
+    assert "| ours (rankrl)" in printed and f"| TRL {trl.__version__}" in printed
+    assert "ratio ours/TRL" in printed and f"trl {trl.__version__}" in printed
+
+
+def test_a_failing_worker_is_reported_with_its_side_and_stderr() -> None:
+    worker = bench.Worker("nope", bench.BenchConfig(model="tiny"))  # the worker's argparse rejects the side
+    try:
+        with pytest.raises(RuntimeError, match=r"nope bench worker exited with code 2:(.|\n)*invalid choice"):
+            worker.read()
+    finally:
+        worker.close(kill=True)
