@@ -1,0 +1,130 @@
+"""MovieLens-100K and Last.fm sequential recommendation (real subsets, and the GroupLens layouts)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+
+from rankrl.data import load_benchmark
+
+from .conftest import write_text
+
+
+def _ratings(shared_data):
+    rows = [
+        line.split("|") for line in (shared_data / "movielens-100k" / "u.data").read_text().splitlines()[1:]
+    ]
+    by_user = defaultdict(list)
+    for user, item, _, ts in rows:
+        by_user[user].append((int(ts), int(item)))
+    return by_user
+
+
+@pytest.fixture(scope="module")
+def movielens(shared_data):
+    return load_benchmark("movielens-100k", shared_data)
+
+
+def test_movielens_leave_one_out_in_time_order(shared_data, movielens):
+    bench = movielens
+    assert len(bench.corpus) == 1682
+    assert {name: len(q) for name, q in bench.splits.items()} == {"train": 943, "dev": 943, "test": 943}
+    by_user = _ratings(shared_data)
+    for qid in bench.splits["test"][:200]:
+        query = bench.queries[qid]
+        events = sorted(by_user[query.extra["user"]])
+        seen = {str(i) for _, i in events}
+        target = next(iter(bench.qrels[qid]))
+        assert target == str(events[-1][1])  # the last rating in time
+        assert query.extra["history"] == [str(i) for _, i in events[-21:-1]]
+        candidates = query.extra["candidates"]
+        assert len(candidates) == len(set(candidates)) == 20 and target in candidates
+        assert not (set(candidates) - {target}) & seen  # negatives are items the user never rated
+        assert query.text.splitlines() == [bench.corpus[i].title for i in query.extra["history"]]
+    toy_story = bench.corpus["1"]
+    assert toy_story.title == "Toy Story (1995)"
+    assert toy_story.extra["genres"] == ["Animation", "Children's", "Comedy"]
+    assert "Comedy" in toy_story.text
+
+
+def test_movielens_dev_and_train_step_back_one_item(shared_data):
+    bench = load_benchmark("movielens-100k", shared_data, max_history=5)
+    test, dev, train = (bench.queries[f"1-{s}"] for s in ("test", "dev", "train"))
+    assert dev.extra["history"] == train.extra["history"][1:] + [next(iter(bench.qrels["1-train"]))]
+    assert test.extra["history"] == dev.extra["history"][1:] + [next(iter(bench.qrels["1-dev"]))]
+    assert len(test.extra["history"]) == 5
+
+
+def test_movielens_grouplens_layout_gives_the_same_benchmark(tmp_path, shared_data, movielens):
+    """The GroupLens release: tab-separated u.data, Latin-1 u.item, no header lines."""
+    src = shared_data / "movielens-100k"
+    data = [line.split("|") for line in (src / "u.data").read_text().splitlines()[1:]]
+    write_text(tmp_path / "movielens-100k" / "u.data", "".join("\t".join(r) + "\n" for r in data))
+    # The shared copy went through a lossy re-encoding (U+FFFD) that Latin-1 cannot hold.
+    items = (src / "u.item").read_text().replace("\ufffd", "?").splitlines()[1:]
+    items[0] = items[0].replace("Toy Story", "Toy Störy")
+    write_text(tmp_path / "movielens-100k" / "u.item", "\n".join(items) + "\n", encoding="latin-1")
+    ours, shared = load_benchmark("movielens-100k", tmp_path), movielens
+    assert ours.corpus["1"].title == "Toy Störy (1995)"
+    assert ours.splits == shared.splits and ours.qrels == shared.qrels
+    assert [q.extra for q in ours.queries.values()] == [q.extra for q in shared.queries.values()]
+
+
+def test_lastfm_orders_by_play_count(shared_data):
+    bench = load_benchmark("lastfm", shared_data)
+    assert len(bench.corpus) == 17632
+    assert {name: len(q) for name, q in bench.splits.items()} == {"train": 1882, "dev": 1882, "test": 1882}
+    plays = defaultdict(dict)
+    for line in (shared_data / "lastfm-hetrec2011" / "user_artists.dat").read_text().splitlines()[1:]:
+        user, artist, weight = line.split("\t")
+        plays[user][artist] = int(weight)
+    for qid in bench.splits["test"][:200]:
+        query = bench.queries[qid]
+        user_plays = plays[query.extra["user"]]
+        target = next(iter(bench.qrels[qid]))
+        assert user_plays[target] == max(user_plays.values())
+        counts = [user_plays[a] for a in query.extra["history"]]
+        assert counts == sorted(counts) and counts[-1] <= user_plays[target]
+        assert len(query.extra["candidates"]) == 20
+        assert not (set(query.extra["candidates"]) - {target}) & user_plays.keys()
+    assert bench.corpus["1"].title == "MALICE MIZER" and bench.corpus["1"].extra["tags"] == []
+
+
+def test_lastfm_uses_tag_assignments_when_present(tmp_path):
+    folder = tmp_path / "lastfm-hetrec2011"
+    write_text(
+        folder / "artists.dat",
+        "id\tname\turl\tpictureURL\n"
+        + "".join(f"{i}\tArtist {i}\thttp://x/{i}\thttp://y/{i}\n" for i in range(1, 41)),
+    )
+    write_text(
+        folder / "user_artists.dat",
+        "userID\tartistID\tweight\r\n"
+        + "".join(f"{u}\t{a}\t{a * 10}\r\n" for u in (2, 3) for a in range(u, u + 6)),
+    )
+    write_text(folder / "tags.dat", "tagID\ttagValue\n1\trock\n2\tpop\n3\tjazz\n", encoding="latin-1")
+    write_text(
+        folder / "user_taggedartists.dat",
+        "userID\tartistID\ttagID\tday\tmonth\tyear\n"
+        + "2\t5\t1\t1\t4\t2009\n3\t5\t1\t1\t4\t2009\n2\t5\t3\t1\t4\t2009\n2\t6\t2\t1\t4\t2009\n",
+    )
+    bench = load_benchmark("lastfm", tmp_path, num_tags=2)
+    assert bench.corpus["5"].extra["tags"] == ["rock", "jazz"]
+    assert bench.corpus["5"].text == "Artist 5 (tags: rock, jazz)"
+    assert bench.queries["2-test"].extra["history"] == ["2", "3", "4", "5", "6"]
+    assert bench.qrels["2-test"] == {"7": 1}
+
+
+def test_too_few_items_for_negatives_is_an_error(tmp_path):
+    folder = tmp_path / "lastfm-hetrec2011"
+    write_text(
+        folder / "artists.dat",
+        "id\tname\turl\tpictureURL\n" + "".join(f"{i}\tA{i}\tu\tp\n" for i in range(1, 9)),
+    )
+    write_text(
+        folder / "user_artists.dat",
+        "userID\tartistID\tweight\n" + "".join(f"2\t{a}\t{a}\n" for a in range(1, 6)),
+    )
+    with pytest.raises(ValueError, match="negatives"):
+        load_benchmark("lastfm", tmp_path)
