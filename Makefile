@@ -61,7 +61,7 @@ $(MODELS) &:
 data: $(INSTALLED) ## prepare every benchmark under $(DATA_DIR): copy ../shared/data, else download
 	$(PY) -m rankrl.data.prepare --data-dir $(RANKRL_DATA_DIR) $(if $(wildcard $(SHARED_DATA)),--shared-dir $(SHARED_DATA),)
 
-test: setup ## the test suite without slow tests (~15 min on 2 cores)
+test: setup ## the test suite without slow tests (~11 min on 2 cores)
 	$(PY) -m pytest -m "not slow" -q $(PYTEST_ARGS)
 
 test-full: setup ## every test, slow ones included
@@ -73,7 +73,7 @@ dry-run: setup ## compose every experiment and print the resolved config of one 
 bench: setup ## one GRPO step, ours vs TRL's GRPOTrainer on SmolLM2-135M, alternating (~5 min)
 	$(PY) -m rankrl.bench
 
-reproduce-rankr1: setup ## Rank-R1: every CPU-runnable row, then its tables (see experiments/rankr1/README.md)
+reproduce-rankr1: setup ## Rank-R1: every CPU-runnable row, then its tables (~2 h; experiments/rankr1/README.md)
 	bash experiments/rankr1/reproduce.sh
 
 tables: install ## rebuild every paper's tables from finished runs (reruns nothing; seconds)
