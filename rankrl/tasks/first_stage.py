@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from rankrl.data.records import Run
 
 
 class FirstStageTask:
@@ -47,20 +46,16 @@ class FirstStageTask:
 
     def evaluate(self, generate: Any = None, split: str = "test", limit: int | None = None) -> dict[str, Any]:
         from rankrl.eval.metrics import evaluate_run
-        from rankrl.retrieval.base import drop_excluded
+        from rankrl.retrieval.base import drop_excluded, top_k
         from rankrl.retrieval.first_stage import ensure_run
 
         qids = self.benchmark.splits[split][:limit] if limit else self.benchmark.splits[split]
         full = ensure_run(self.benchmark, self.run_name, depth=self.depth or 100)
         run = {q: full.get(q, {}) for q in qids}
         excluded = {q: self.benchmark.queries[q].extra.get("excluded_ids", ()) for q in qids}
-        run = _top(drop_excluded(run, excluded), self.depth)
+        run = drop_excluded(run, excluded)
+        run = top_k(run, self.depth) if self.depth else run
         qrels = {q: self.benchmark.qrels[q] for q in qids if q in self.benchmark.qrels}
         metrics = evaluate_run(run, qrels, self.measures, relevance_level=self.benchmark.relevance_level)
         return {"metrics": metrics, "run": run, "num_queries": len(qrels)}
 
-
-def _top(run: Run, depth: int | None) -> Run:
-    if depth is None:
-        return run
-    return {q: dict(sorted(docs.items(), key=lambda kv: -kv[1])[:depth]) for q, docs in run.items()}
