@@ -12,6 +12,7 @@ import torch
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from rankrl import distributed as ddp
 from rankrl.rollout.base import Generator, RolloutEngine, SamplingParams, engine_generator
 
 log = logging.getLogger(__name__)
@@ -27,14 +28,34 @@ def build_policy(cfg: DictConfig, ckpt_path: str | None = None) -> tuple[torch.n
     from rankrl.models import load_policy
 
     lora = OmegaConf.to_container(cfg.model.lora, resolve=True) if cfg.model.get("lora") else None
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    policy, tokenizer = load_policy(str(cfg.model.path), dtype=cfg.model.dtype, lora=lora, device=device)
+    policy, tokenizer = load_policy(str(cfg.model.path), dtype=cfg.model.dtype, lora=lora, device=_load_device(cfg))
     if ckpt_path:
         from rankrl.rl.checkpoint import load_policy_weights
 
         load_policy_weights(policy, _policy_dir(Path(ckpt_path)))
         log.info("loaded policy weights from %s", ckpt_path)
     return policy, tokenizer
+
+
+def build_reference(cfg: DictConfig) -> torch.nn.Module | None:
+    """The frozen reference policy for the KL term: needed only when ``trainer.beta > 0`` and the whole
+    model is trained (with LoRA the reference is the policy with its adapter switched off)."""
+    from rankrl.models import load_policy
+
+    if not cfg.trainer.get("beta", 0) or cfg.model.get("lora"):
+        return None
+    ref, _ = load_policy(str(cfg.model.path), dtype=cfg.model.dtype, device=_load_device(cfg))
+    ref.eval().requires_grad_(False)
+    return ddp.shard(ref) if _sharded(cfg) else ref
+
+
+def _sharded(cfg: DictConfig) -> bool:
+    return cfg.get("trainer") is not None and cfg.trainer.get("strategy") == "fsdp" and ddp.world_size() > 1
+
+
+def _load_device(cfg: DictConfig) -> str:
+    # FSDP moves each rank's shard to its GPU, so the whole model is only ever held in host memory
+    return "cuda" if torch.cuda.is_available() and not _sharded(cfg) else "cpu"
 
 
 def _policy_dir(ckpt: Path) -> Path:
@@ -60,6 +81,10 @@ def instantiate_component(node: DictConfig, **kwargs: Any) -> Any:
 
 
 def build_engine(cfg: DictConfig, policy: torch.nn.Module, tokenizer: Any) -> RolloutEngine:
+    if _sharded(cfg) and cfg.rollout.get("name") == "vllm" and cfg.model.get("lora"):
+        raise ValueError("trainer.strategy=fsdp with rollout=vllm and LoRA is not supported (the adapter would "
+                         "have to be merged into sharded weights); LoRA policies fit per GPU: use "
+                         "trainer.strategy=ddp")
     return instantiate_component(cfg.rollout)(policy, tokenizer)
 
 

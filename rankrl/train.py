@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 import rankrl.config  # noqa: F401  (resolvers, offline defaults)
 from rankrl import app
 from rankrl.config import CONFIG_DIR, check_overrides
-from rankrl.rl import distributed as ddp
+from rankrl import distributed as ddp
 from rankrl.rl.trainer import GRPOTrainer
 from rankrl.runs import run_record, seed_everything, write_run_files
 from rankrl.tracking import RunLogger
@@ -53,10 +53,15 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         run_dir,
         logger,
         seed=int(cfg.seed),
+        ref_model=app.build_reference(cfg),
         evaluate=lambda step: app.run_evaluation(cfg, task, generate)["metrics"],
     )
+    if ddp.world_size() > 1:  # the model is built and identical everywhere; now each rank samples its own
+        seed_everything(int(cfg.seed) + ddp.rank())
     last = trainer.train()
-    result = app.run_evaluation(cfg, task, generate) if ddp.is_main() else {"metrics": {}}
+    # a sharded policy's forward needs every rank, so all of them run the (greedy, identical) evaluation
+    everywhere = ddp.is_sharded(policy)
+    result = app.run_evaluation(cfg, task, generate) if ddp.is_main() or everywhere else {"metrics": {}}
     record = run_record(
         cfg,
         kind="train",

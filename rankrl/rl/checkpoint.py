@@ -1,9 +1,14 @@
 """Checkpoints that let a killed run continue exactly where it stopped.
 
-A checkpoint folder ``checkpoints/step_<k>/`` holds the policy (``save_pretrained``: full weights or the
-LoRA adapter, loadable by ``rankrl.evaluate ckpt_path=...``) and ``trainer_state.pt`` (optimizer,
-scheduler, RNG states, data position, step). It is written under a temporary name and renamed, and
-``checkpoints/latest`` is updated last, so a kill at any moment leaves the previous checkpoint intact.
+A checkpoint folder ``checkpoints/step_<k>/`` holds
+- ``policy/``: ``save_pretrained`` output (full weights or the LoRA adapter), loadable by
+  ``rankrl.evaluate ckpt_path=...`` whatever the training strategy;
+- ``trainer_state.pt``: scheduler, data position, step, and the optimizer state when it is not sharded;
+- ``rng_rank<r>.pt``: each rank's RNG states, so every rank samples on where it stopped;
+- ``sharded/``: under FSDP, the sharded policy and optimizer state as a torch.distributed.checkpoint.
+
+It is written under a temporary name and renamed, and ``checkpoints/latest`` is updated last, so a kill at
+any moment leaves the previous checkpoint intact. Saving and loading are collective: every rank calls them.
 """
 
 from __future__ import annotations
@@ -17,8 +22,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from rankrl import distributed as ddp
+
 STATE_FILE = "trainer_state.pt"
 LATEST = "latest"
+SHARDED = "sharded"
 
 
 @dataclass
@@ -64,23 +72,90 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_checkpoint(
-    ckpt_root: Path, step: int, policy: torch.nn.Module, trainer_state: dict[str, Any], keep: int
+    ckpt_root: Path,
+    step: int,
+    policy: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    trainer_state: dict[str, Any],
+    keep: int,
 ) -> Path:
     """Write ``step_<step>`` atomically, point ``latest`` at it, and prune old ones (keeping ``keep``)."""
-    ckpt_root.mkdir(parents=True, exist_ok=True)
     final = ckpt_root / f"step_{step:06d}"
     tmp = ckpt_root / f".tmp_step_{step:06d}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    policy.save_pretrained(tmp / "policy")
-    torch.save(trainer_state, tmp / STATE_FILE)
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
-    latest_tmp = ckpt_root / (LATEST + ".tmp")
-    latest_tmp.write_text(final.name)
-    latest_tmp.replace(ckpt_root / LATEST)
-    for old in sorted(ckpt_root.glob("step_*"))[: -max(keep, 1)]:
-        shutil.rmtree(old, ignore_errors=True)
+    if ddp.is_main():
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    ddp.barrier()
+    torch.save(rng_state(), tmp / f"rng_rank{ddp.rank()}.pt")
+    state = dict(trainer_state)
+    if ddp.is_sharded(policy):
+        _save_sharded(tmp / SHARDED, policy, optimizer)
+        weights = _full_weights(policy)
+    else:
+        state["optimizer"] = optimizer.state_dict()  # identical on every rank under DDP
+        weights = None
+    if ddp.is_main():
+        policy.save_pretrained(tmp / "policy", **({"state_dict": weights} if weights is not None else {}))
+        torch.save(state, tmp / STATE_FILE)
+    ddp.barrier()
+    if ddp.is_main():
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        latest_tmp = ckpt_root / (LATEST + ".tmp")
+        latest_tmp.write_text(final.name)
+        latest_tmp.replace(ckpt_root / LATEST)
+        for old in sorted(ckpt_root.glob("step_*"))[: -max(keep, 1)]:
+            shutil.rmtree(old, ignore_errors=True)
+    ddp.barrier()
     return final
+
+
+def load_checkpoint(ckpt: Path, policy: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """Restore the policy, optimizer and this rank's RNG from ``ckpt``; returns the trainer state."""
+    state = load_trainer_state(ckpt)
+    if ddp.is_sharded(policy):
+        if not (ckpt / SHARDED).is_dir():
+            raise FileNotFoundError(f"{ckpt} was not written by an FSDP run (no {SHARDED}/); resume it with "
+                                    "trainer.strategy=ddp")
+        _load_sharded(ckpt / SHARDED, policy, optimizer)
+    else:
+        load_policy_weights(policy, ckpt / "policy")
+        optimizer.load_state_dict(state["optimizer"])
+    rng = ckpt / f"rng_rank{ddp.rank()}.pt"
+    if not rng.exists():
+        raise FileNotFoundError(f"{rng} is missing: {ckpt} was written by a run with fewer ranks")
+    set_rng_state(torch.load(rng, weights_only=False))
+    return state
+
+
+def _save_sharded(path: Path, policy: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_state, optim_state = get_state_dict(policy, optimizer)
+    dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(path))
+
+
+def _load_sharded(path: Path, policy: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    model_state, optim_state = get_state_dict(policy, optimizer)
+    state = {"model": model_state, "optimizer": optim_state}
+    dcp.load(state, checkpoint_id=str(path))
+    set_state_dict(policy, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+
+
+def _full_weights(policy: torch.nn.Module) -> dict[str, torch.Tensor] | None:
+    """The unsharded weights on rank 0 (None elsewhere), gathered one tensor at a time onto the CPU."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    full = get_model_state_dict(policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if not ddp.is_main():
+        return None
+    # a tied head comes back as its own copy; save it once, as save_pretrained does for the live model
+    own = {n for n, _ in policy.named_parameters()} | {n for n, _ in policy.named_buffers()}
+    return {name: tensor for name, tensor in full.items() if name in own}
 
 
 def latest_checkpoint(ckpt_root: Path) -> Path | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rankrl.distributed import check_strategy
 from rankrl.rollout.base import SamplingParams
 
 LR_SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine")
@@ -34,6 +35,8 @@ class TrainerConfig:
         eval_every: evaluate every N steps (0 = only at the end).
         keep_checkpoints: how many step checkpoints to keep on disk.
         resume: continue from the run folder's last checkpoint if there is one.
+        strategy: how ranks share the work under ``torchrun``: ``ddp`` (a full replica per rank) or ``fsdp``
+            (parameters, gradients and optimizer state sharded; for policies that do not fit on one GPU).
     """
 
     max_steps: int = 20
@@ -56,6 +59,7 @@ class TrainerConfig:
     eval_every: int = 0
     keep_checkpoints: int = 2
     resume: bool = False
+    strategy: str = "ddp"
 
     def __post_init__(self) -> None:
         if isinstance(self.sampling, dict):  # built without Hydra's recursive instantiation
@@ -75,6 +79,7 @@ class TrainerConfig:
         if self.beta < 0:
             raise ValueError(f"trainer.beta must be >= 0, got {self.beta}")
         _check_registered(self.advantage, self.loss_agg)
+        check_strategy(self.strategy)
 
     @property
     def rows_per_step(self) -> int:

@@ -17,18 +17,10 @@ from typing import Any, Callable
 import torch
 from transformers import get_scheduler
 
-from rankrl.rl import distributed as ddp
+from rankrl import distributed as ddp
 from rankrl.rl.advantages import get_advantage_fn
 from rankrl.rl.batch import PolicyBatch, to_policy_batch, token_logprobs
-from rankrl.rl.checkpoint import (
-    PromptOrder,
-    latest_checkpoint,
-    load_policy_weights,
-    load_trainer_state,
-    rng_state,
-    save_checkpoint,
-    set_rng_state,
-)
+from rankrl.rl.checkpoint import PromptOrder, latest_checkpoint, load_checkpoint, save_checkpoint
 from rankrl.rl.config import TrainerConfig
 from rankrl.rl.losses import count_loss_items, policy_loss
 from rankrl.rollout.base import RolloutEngine
@@ -77,7 +69,8 @@ class GRPOTrainer:
         if not self.examples:
             raise ValueError("the task produced no training examples")
         self.order = PromptOrder(len(self.examples), seed)
-        self.model = ddp.wrap(policy)  # the module that runs forward/backward (DDP when distributed)
+        # the module that runs forward/backward: DDP around the policy, or the policy itself sharded by FSDP
+        self.model = ddp.wrap(policy, cfg.strategy)
         params = [p for p in policy.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.scheduler = get_scheduler(
@@ -92,25 +85,18 @@ class GRPOTrainer:
 
     # ---------------------------------------------------------------- checkpoints
     def save(self) -> Path:
-        state = {
-            "step": self.step,
-            "order": self.order.state(),
-            "rng": rng_state(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-        }
-        return save_checkpoint(self.ckpt_root, self.step, self.policy, state, self.cfg.keep_checkpoints)
+        """Checkpoint the run (every rank calls this: under FSDP the state is gathered from all of them)."""
+        state = {"step": self.step, "order": self.order.state(), "scheduler": self.scheduler.state_dict()}
+        return save_checkpoint(self.ckpt_root, self.step, self.policy, self.optimizer, state,
+                               self.cfg.keep_checkpoints)
 
     def maybe_resume(self) -> bool:
         ckpt = latest_checkpoint(self.ckpt_root)
         if not self.cfg.resume or ckpt is None:
             return False
-        state = load_trainer_state(ckpt)
-        load_policy_weights(self.policy, ckpt / "policy")
-        self.optimizer.load_state_dict(state["optimizer"])
+        state = load_checkpoint(ckpt, self.policy, self.optimizer)
         self.scheduler.load_state_dict(state["scheduler"])
         self.order.epoch, self.order.index = state["order"]["epoch"], state["order"]["index"]
-        set_rng_state(state["rng"])
         self.step = state["step"]
         self.logger.truncate_after(self.step)
         self.engine.sync_weights(self.policy)
@@ -134,17 +120,14 @@ class GRPOTrainer:
                 metrics.update({f"eval/{k}": v for k, v in self.evaluate(self.step).items()})
             if ddp.is_main():
                 self.logger.log(metrics, step=self.step)
-            if ddp.is_main() and (
-                (self.cfg.save_every and self.step % self.cfg.save_every == 0)
-                or self.step == self.cfg.max_steps
-            ):
+            if (self.cfg.save_every and self.step % self.cfg.save_every == 0) or self.step == self.cfg.max_steps:
                 self.save()
         return metrics
 
     def train_step(self) -> dict[str, float]:
         cfg = self.cfg
         t0 = time.perf_counter()
-        idx = ddp.shard(self.order.take(cfg.prompts_per_step))
+        idx = ddp.split(self.order.take(cfg.prompts_per_step))
         examples = [self.examples[i] for i in idx]
         rollouts = self.engine.generate(
             [ex.messages for ex in examples], n=cfg.group_size, sampling=cfg.sampling
@@ -242,7 +225,7 @@ class GRPOTrainer:
     def _optimizer_step(self) -> float:
         params = [p for p in self.policy.parameters() if p.requires_grad]
         max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else math.inf
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        grad_norm = float(ddp.full_tensor(torch.nn.utils.clip_grad_norm_(params, max_norm)))
         if not math.isfinite(grad_norm):
             self.optimizer.zero_grad(set_to_none=True)
             raise NonFiniteLossError(
@@ -267,15 +250,17 @@ def backward_batch(model: torch.nn.Module, batch: PolicyBatch, advantages: torch
     for start in range(0, len(batch), cfg.micro_batch_size):
         stop = start + cfg.micro_batch_size
         micro = batch.rows(start, stop)
-        logps = token_logprobs(model, micro, cfg.sampling.temperature)
-        loss, stats = policy_loss(
-            logps, old[start:stop] if old is not None else logps.detach(), advantages[start:stop],
-            micro.response_mask, eps_low=cfg.eps_low, eps_high=cfg.eps_high,
-            ref_logprobs=ref[start:stop] if ref is not None else None, beta=cfg.beta, loss_agg=cfg.loss_agg,
-            max_completion_length=cfg.sampling.max_new_tokens, num_items_in_batch=num_items)
-        if not torch.isfinite(loss):
-            raise NonFiniteLossError(f"non-finite loss ({loss.item()})")
-        (loss * ddp.world_size()).backward()
+        with ddp.gradient_sync(model, sync=stop >= len(batch)):
+            logps = token_logprobs(model, micro, cfg.sampling.temperature)
+            loss, stats = policy_loss(
+                logps, old[start:stop] if old is not None else logps.detach(), advantages[start:stop],
+                micro.response_mask, eps_low=cfg.eps_low, eps_high=cfg.eps_high,
+                ref_logprobs=ref[start:stop] if ref is not None else None, beta=cfg.beta,
+                loss_agg=cfg.loss_agg, max_completion_length=cfg.sampling.max_new_tokens,
+                num_items_in_batch=num_items)
+            if not torch.isfinite(loss):
+                raise NonFiniteLossError(f"non-finite loss ({loss.item()})")
+            (loss * ddp.world_size()).backward()
         share = len(micro) / len(batch)
         # loss and pg_loss are already shares of the batch total; the rest are per-micro means
         sums["loss"] = sums.get("loss", 0.0) + float(loss.detach())

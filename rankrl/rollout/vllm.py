@@ -25,6 +25,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import torch
 
+from rankrl.distributed import full_tensor
 from rankrl.rollout.base import Messages, Rollouts, SamplingParams
 from rankrl.rollout.hf import render_prompts
 
@@ -76,7 +77,7 @@ def vllm_named_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tens
                 continue
             name = name.removeprefix("base_model.model.").replace(".base_layer", "")
             name = name.replace("modules_to_save.default.", "")
-        yield name, param.detach()
+        yield name, full_tensor(param.detach())  # FSDP shards are gathered one tensor at a time
 
 
 def rollouts_from_outputs(prompt_ids: Sequence[list[int]], outputs: Sequence[Any], n: int) -> Rollouts:

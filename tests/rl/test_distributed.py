@@ -1,4 +1,5 @@
-"""Data parallelism: 2 CPU processes (gloo) accumulate the same gradient as one process on the batch."""
+"""Data parallelism, DDP and FSDP: 2 CPU processes (gloo) accumulate the same gradient as one process on the
+batch, train to the same weights, and an FSDP run resumes from its sharded checkpoint exactly."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from rankrl.rl import distributed as ddp
+from rankrl import distributed as ddp
 from rankrl.rl.batch import PolicyBatch
 from rankrl.rl.config import TrainerConfig
 from rankrl.rl.trainer import backward_batch
@@ -32,25 +33,31 @@ def _batch(vocab: int) -> tuple[PolicyBatch, torch.Tensor]:
     return PolicyBatch(ids, attention, response, p, torch.zeros(n, t)), adv
 
 
-def _grads(model_dir: str, rows: slice | None, loss_agg: str) -> dict[str, torch.Tensor]:
+def _grads(model_dir: str, rows: slice | None, loss_agg: str, strategy: str = "ddp") -> dict[str, torch.Tensor]:
     from rankrl.models import load_policy
 
     model, _ = load_policy(model_dir, dtype="float32", device="cpu")
     batch, adv = _batch(model.config.vocab_size)
     if rows is not None:
         batch, adv = batch.rows(rows.start, rows.stop), adv[rows]
-    cfg = TrainerConfig(micro_batch_size=2, loss_agg=loss_agg, sampling=SamplingParams(max_new_tokens=6))
-    backward_batch(ddp.wrap(model), batch, adv, cfg)
-    return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    cfg = TrainerConfig(micro_batch_size=2, loss_agg=loss_agg, sampling=SamplingParams(max_new_tokens=6),
+                        strategy=strategy)
+    backward_batch(ddp.wrap(model, strategy), batch, adv, cfg)
+    # under FSDP each rank holds a shard of every gradient: gather the whole one (a collective, on all ranks)
+    return {n: ddp.full_tensor(p.grad.detach()).clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-def _worker(rank: int, world: int, port: int, model_dir: str, loss_agg: str, out: str) -> None:
+def _join(rank: int, world: int, port: int) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.set_num_threads(1)
+
+
+def _worker(rank: int, world: int, port: int, model_dir: str, loss_agg: str, strategy: str, out: str) -> None:
+    _join(rank, world, port)
     try:
         per = 8 // world
-        grads = _grads(model_dir, slice(rank * per, (rank + 1) * per), loss_agg)
+        grads = _grads(model_dir, slice(rank * per, (rank + 1) * per), loss_agg, strategy)
         if rank == 0:
             torch.save(grads, out)
     finally:
@@ -63,13 +70,108 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 @pytest.mark.parametrize("loss_agg", ["grpo", "dapo"])
-def test_two_gloo_ranks_match_one_process(tmp_path: Path, model_dir: Path, loss_agg: str):
+def test_two_gloo_ranks_match_one_process(tmp_path: Path, model_dir: Path, loss_agg: str, strategy: str):
     tiny = str(model_dir / "tiny")
     single = _grads(tiny, None, loss_agg)
     out = tmp_path / "rank0.pt"
-    mp.spawn(_worker, args=(2, _free_port(), tiny, loss_agg, str(out)), nprocs=2, join=True)
+    mp.spawn(_worker, args=(2, _free_port(), tiny, loss_agg, strategy, str(out)), nprocs=2, join=True)
     parallel = torch.load(out)
     assert single.keys() == parallel.keys() and single
     for name in single:
         torch.testing.assert_close(parallel[name], single[name], rtol=1e-5, atol=1e-7, msg=name)
+
+
+def _train(model_dir: str, run_dir: Path, strategy: str, max_steps: int, resume: bool = False) -> None:
+    from rankrl.models import load_policy
+    from rankrl.rl.trainer import GRPOTrainer
+    from rankrl.rollout.hf import HFEngine
+    from rankrl.tasks.vowels import VowelWordsTask
+    from rankrl.tracking import RunLogger
+
+    torch.manual_seed(0)
+    policy, tok = load_policy(model_dir, dtype="float32", device="cpu")
+    cfg = TrainerConfig(max_steps=max_steps, prompts_per_step=4, group_size=4, micro_batch_size=4, lr=3e-3,
+                        sampling=SamplingParams(max_new_tokens=8, temperature=1.0, top_k=20), save_every=1,
+                        strategy=strategy, resume=resume)
+    trainer = GRPOTrainer(policy, tok, HFEngine(policy, tok), VowelWordsTask(num_train_prompts=8), cfg,
+                          run_dir, RunLogger(run_dir), seed=0)
+    torch.manual_seed(100 + dist.get_rank())  # each rank samples its own completions, as rankrl.train does
+    trainer.train()
+
+
+def _train_worker(rank: int, world: int, port: int, model_dir: str, root: str) -> None:
+    _join(rank, world, port)
+    try:
+        root_path = Path(root)
+        _train(model_dir, root_path / "ddp", "ddp", 2)
+        _train(model_dir, root_path / "fsdp", "fsdp", 2)
+        _train(model_dir, root_path / "fsdp_resumed", "fsdp", 1)  # "killed" after its step-1 checkpoint
+        _train(model_dir, root_path / "fsdp_resumed", "fsdp", 2, resume=True)
+    finally:
+        dist.destroy_process_group()
+
+
+def _final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(run_dir / "checkpoints" / "step_000002" / "policy" / "model.safetensors"))
+
+
+def test_fsdp_trains_like_ddp_and_resumes_exactly(tmp_path: Path, model_dir: Path):
+    """Two gloo ranks, 2 GRPO steps on the vowels task: FSDP (sharded parameters, gradients, optimizer state,
+    generation with synced ranks) ends where DDP ends, and a run stopped after step 1 and resumed from its
+    sharded checkpoint ends exactly where the unbroken FSDP run does."""
+    import json
+
+    from rankrl.models import load_policy
+
+    tiny = str(model_dir / "tiny")
+    mp.spawn(_train_worker, args=(2, _free_port(), tiny, str(tmp_path)), nprocs=2, join=True)
+    ddp_w, fsdp_w, resumed_w = (_final_weights(tmp_path / d) for d in ("ddp", "fsdp", "fsdp_resumed"))
+    assert (tmp_path / "fsdp_resumed" / "checkpoints" / "step_000002" / "sharded").is_dir()
+    assert ddp_w.keys() == fsdp_w.keys() == resumed_w.keys() and ddp_w
+    initial, _ = load_policy(tiny, dtype="float32", device="cpu")
+    moved = [n for n, w in initial.state_dict().items() if n in fsdp_w and not torch.equal(w, fsdp_w[n])]
+    assert moved, "training changed no weight"
+    for name in ddp_w:
+        torch.testing.assert_close(fsdp_w[name], ddp_w[name], rtol=1e-4, atol=1e-6, msg=name)
+        torch.testing.assert_close(resumed_w[name], fsdp_w[name], rtol=0, atol=0, msg=name)
+
+    def rewards(d: str) -> list[float]:
+        lines = (tmp_path / d / "train_log.jsonl").read_text().splitlines()
+        return [json.loads(line)["reward/mean"] for line in lines]
+
+    assert rewards("fsdp") == rewards("fsdp_resumed") and len(rewards("fsdp")) == 2
+
+
+def test_unknown_strategy_names_the_valid_ones():
+    with pytest.raises(ValueError, match="trainer.strategy='zero3'; valid: ddp, fsdp"):
+        TrainerConfig(strategy="zero3")
+
+
+def test_fsdp_with_vllm_and_lora_stops_at_start_up(monkeypatch, model_dir):
+    from omegaconf import OmegaConf
+
+    from rankrl import app
+    from tests.conftest import compose
+
+    cfg = compose("train", ["model=tiny", "rollout=vllm", "trainer.strategy=fsdp",
+                            "model.lora={r: 4, alpha: 8}", f"paths.model_dir={model_dir}"])
+    OmegaConf.set_struct(cfg, False)
+    monkeypatch.setattr(ddp, "world_size", lambda: 2)  # as under torchrun
+    with pytest.raises(ValueError, match="trainer.strategy=ddp"):
+        app.build_engine(cfg, torch.nn.Linear(1, 1), tokenizer=None)
+
+
+def test_kl_with_full_fine_tuning_gets_a_frozen_reference(model_dir):
+    from rankrl import app
+    from tests.conftest import compose
+
+    base = ["model=tiny", "profile=cpu", f"paths.model_dir={model_dir}"]
+    assert app.build_reference(compose("train", base)) is None  # beta = 0: no reference is loaded
+    ref = app.build_reference(compose("train", [*base, "trainer.beta=0.04"]))
+    assert ref is not None and not ref.training and not any(p.requires_grad for p in ref.parameters())
+    lora = compose("train", [*base, "trainer.beta=0.04", "model.lora={r: 4, alpha: 8}"])
+    assert app.build_reference(lora) is None  # LoRA: the policy with its adapter off is the reference

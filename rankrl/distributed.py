@@ -1,0 +1,159 @@
+"""Data parallelism through torch.distributed (launched by ``torchrun``; gloo on CPU, nccl on GPU).
+
+Each rank samples its own share of the prompts and generates their completions. Two strategies average the
+gradients over ranks:
+
+- ``ddp``: DistributedDataParallel; every rank holds the whole policy and optimizer state.
+- ``fsdp``: FSDP2 (``torch.distributed.fsdp.fully_shard``), one unit per decoder layer, as accelerate
+  wraps Hugging Face models; parameters, gradients and optimizer state are sharded over ranks, for
+  policies that do not fit on one GPU. The module is sharded in place, so every forward (generation
+  included) is a collective that all ranks join.
+
+Rewards are gathered so batch-level advantage estimators see every rank. Outside ``torchrun`` every
+function here is the identity, so single-process code pays nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+import torch.distributed as dist
+
+
+def is_distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def world_size() -> int:
+    return dist.get_world_size() if is_distributed() else 1
+
+
+def rank() -> int:
+    return dist.get_rank() if is_distributed() else 0
+
+
+def is_main() -> bool:
+    return rank() == 0
+
+
+def init_from_env() -> None:
+    """Join the process group that ``torchrun`` describes in the environment, if any."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not is_distributed():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend=backend)
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+
+
+STRATEGIES = ("ddp", "fsdp")
+
+
+def check_strategy(strategy: str) -> None:
+    if strategy not in STRATEGIES:
+        raise ValueError(f"trainer.strategy={strategy!r}; valid: {', '.join(STRATEGIES)}")
+
+
+def wrap(model: torch.nn.Module, strategy: str = "ddp") -> torch.nn.Module:
+    """The module that runs forward/backward: DDP around the policy, or the policy sharded in place."""
+    check_strategy(strategy)
+    if not is_distributed():
+        return model
+    if strategy == "fsdp":
+        return shard(model)
+    from torch.nn.parallel import DistributedDataParallel
+
+    device_ids = [torch.cuda.current_device()] if torch.cuda.is_available() else None
+    return DistributedDataParallel(model, device_ids=device_ids)
+
+
+def shard(model: torch.nn.Module) -> torch.nn.Module:
+    """FSDP2 over ``model`` in place: each transformer block (the classes a Hugging Face model lists in
+    ``_no_split_modules``) is one unit, the rest (embeddings, tied head, norm) the root unit."""
+    from torch.distributed.fsdp import fully_shard
+
+    blocks = set(_block_classes(model))
+    if not blocks:
+        raise ValueError(f"{type(model).__name__} names no transformer blocks (_no_split_modules) to shard")
+    for module in model.modules():
+        if type(module).__name__ in blocks:
+            fully_shard(module)
+    fully_shard(model)
+    return model
+
+
+def _block_classes(model: torch.nn.Module) -> list[str]:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft wraps the HF model
+    return list(getattr(base, "_no_split_modules", None) or [])
+
+
+def is_sharded(model: torch.nn.Module) -> bool:
+    """True when ``model`` is sharded by FSDP2 (its forward is then a collective over ranks)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
+def full_tensor(x: torch.Tensor) -> torch.Tensor:
+    """The whole tensor behind a sharded one (a collective); any other tensor as it is."""
+    from torch.distributed.tensor import DTensor
+
+    return x.full_tensor() if isinstance(x, DTensor) else x
+
+
+@contextmanager
+def gradient_sync(model: torch.nn.Module, sync: bool) -> Iterator[None]:
+    """Backward passes inside the block reduce gradients over ranks only when ``sync``: accumulating
+    micro-batches communicate once, on the last one (DDP's ``no_sync``, FSDP's requires_gradient_sync)."""
+    if sync or not is_distributed():
+        yield
+    elif is_sharded(model):
+        model.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            model.set_requires_gradient_sync(True)
+    elif hasattr(model, "no_sync"):
+        with model.no_sync():
+            yield
+    else:
+        yield
+
+
+def barrier() -> None:
+    if is_distributed():
+        dist.barrier()
+
+
+def split(items: list) -> list:
+    """This rank's contiguous share of a global list (its length must divide by the world size)."""
+    n = world_size()
+    if len(items) % n:
+        raise ValueError(f"{len(items)} prompts per step cannot be split over {n} ranks; make it a multiple")
+    per = len(items) // n
+    return items[rank() * per : (rank() + 1) * per]
+
+
+def gather_rows(x: torch.Tensor) -> torch.Tensor:
+    """Concatenate a per-rank (n, ...) tensor over ranks in rank order."""
+    if not is_distributed():
+        return x
+    parts = [torch.empty_like(x) for _ in range(world_size())]
+    dist.all_gather(parts, x.contiguous())
+    return torch.cat(parts)
+
+
+def local_rows(x: torch.Tensor, n_local: int) -> torch.Tensor:
+    """This rank's rows of a gathered tensor."""
+    return x[rank() * n_local : (rank() + 1) * n_local] if is_distributed() else x
+
+
+def global_sum(value: float) -> float:
+    """Sum a number over ranks."""
+    if not is_distributed():
+        return value
+    t = torch.tensor([value], dtype=torch.float64)
+    dist.all_reduce(t)
+    return t.item()
