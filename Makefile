@@ -73,7 +73,7 @@ dry-run: setup ## compose every experiment and print the resolved config of one 
 bench: setup ## one GRPO step, ours vs TRL's GRPOTrainer on SmolLM2-135M, alternating (~5 min)
 	$(PY) -m rankrl.bench
 
-reproduce-rankr1: setup ## Rank-R1: every CPU-runnable row, then its tables (~2 h; experiments/rankr1/README.md)
+reproduce-rankr1: setup ## Rank-R1: every CPU-runnable row, then its tables (~100 min; experiments/rankr1/README.md)
 	bash experiments/rankr1/reproduce.sh
 
 tables: install ## rebuild every paper's tables from finished runs (reruns nothing; seconds)

@@ -24,10 +24,10 @@ run() {  # run <entry point> <experiment> [overrides...]
 run evaluate rankr1/bm25_dl19
 run evaluate rankr1/bm25_dl20
 # SmolLM2-135M with the Rank-R1 reasoning prompt: zero-shot, then after GRPO on DL20's judged pools
-# (CPU-scale deviation), both evaluated on DL19 (about 40 min + 20 min + 40 min on 2 cores)
+# (CPU-scale deviation), both evaluated on DL19 (measured on 2 cores: 31 min, then 49 min for training + evaluation)
 run evaluate rankr1/rankr1_zeroshot_dl19
 run train rankr1/rankr1_grpo_dl19 trainer.resume=true
-# the plain Setwise prompt, zero-shot (about 25 min)
+# the plain Setwise prompt, zero-shot (measured: 14 min)
 run evaluate rankr1/setwise_dl19
 # BRIGHT needs its documents (not on CPU build machines): the rows stay "missing" unless they are present.
 "$PY" -m rankrl.report paper=rankr1
