@@ -28,7 +28,9 @@ def build_policy(cfg: DictConfig, ckpt_path: str | None = None) -> tuple[torch.n
     from rankrl.models import load_policy
 
     lora = OmegaConf.to_container(cfg.model.lora, resolve=True) if cfg.model.get("lora") else None
-    policy, tokenizer = load_policy(str(cfg.model.path), dtype=cfg.model.dtype, lora=lora, device=_load_device(cfg))
+    policy, tokenizer = load_policy(
+        str(cfg.model.path), dtype=cfg.model.dtype, lora=lora, device=_load_device(cfg)
+    )
     if ckpt_path:
         from rankrl.rl.checkpoint import load_policy_weights
 
@@ -82,8 +84,8 @@ def instantiate_component(node: DictConfig, **kwargs: Any) -> Any:
 
 def build_engine(cfg: DictConfig, policy: torch.nn.Module, tokenizer: Any) -> RolloutEngine:
     if _sharded(cfg) and cfg.rollout.get("name") == "vllm" and cfg.model.get("lora"):
-        raise ValueError("trainer.strategy=fsdp with rollout=vllm and LoRA is not supported (the adapter would "
-                         "have to be merged into sharded weights); LoRA policies fit per GPU: use "
+        raise ValueError("trainer.strategy=fsdp with rollout=vllm and LoRA is not supported (the adapter "
+                         "would have to be merged into sharded weights); LoRA policies fit per GPU: use "
                          "trainer.strategy=ddp")
     return instantiate_component(cfg.rollout)(policy, tokenizer)
 

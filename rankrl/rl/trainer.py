@@ -120,7 +120,8 @@ class GRPOTrainer:
                 metrics.update({f"eval/{k}": v for k, v in self.evaluate(self.step).items()})
             if ddp.is_main():
                 self.logger.log(metrics, step=self.step)
-            if (self.cfg.save_every and self.step % self.cfg.save_every == 0) or self.step == self.cfg.max_steps:
+            every = self.cfg.save_every and self.step % self.cfg.save_every == 0
+            if every or self.step == self.cfg.max_steps:
                 self.save()
         return metrics
 

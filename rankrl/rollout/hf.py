@@ -20,7 +20,7 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-from rankrl.distributed import is_distributed, is_sharded
+from rankrl.distributed import is_sharded
 from rankrl.rollout.base import Messages, Rollouts, SamplingParams
 
 # Settings a model's own generation_config may carry (e.g. Qwen's top_k=20, repetition_penalty=1.05) that
@@ -200,7 +200,7 @@ class HFEngine:
             stop_strings=stop or None,
             tokenizer=self.tokenizer if stop else None,
             # a sharded policy's forward is a collective: every rank steps until all ranks are done
-            synced_gpus=is_distributed() and is_sharded(self.model),
+            synced_gpus=is_sharded(self.model),
         )  # (b*per_prompt, P+T)
         logprobs = recorder.finish(sequences).repeat_interleave(n // per_prompt, 0).cpu()  # (b*n, T)
         generated = sequences[:, input_ids.shape[1] :].repeat_interleave(n // per_prompt, 0).cpu()  # (b*n, T)

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 
-
 class FirstStageTask:
     """Evaluate ``benchmark.runs[run]`` (built by BM25 over the corpus if not shipped) with the benchmark's
     relevance level.

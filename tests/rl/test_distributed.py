@@ -33,7 +33,8 @@ def _batch(vocab: int) -> tuple[PolicyBatch, torch.Tensor]:
     return PolicyBatch(ids, attention, response, p, torch.zeros(n, t)), adv
 
 
-def _grads(model_dir: str, rows: slice | None, loss_agg: str, strategy: str = "ddp") -> dict[str, torch.Tensor]:
+def _grads(model_dir: str, rows: slice | None, loss_agg: str,
+           strategy: str = "ddp") -> dict[str, torch.Tensor]:
     from rankrl.models import load_policy
 
     model, _ = load_policy(model_dir, dtype="float32", device="cpu")
@@ -44,7 +45,8 @@ def _grads(model_dir: str, rows: slice | None, loss_agg: str, strategy: str = "d
                         strategy=strategy)
     backward_batch(ddp.wrap(model, strategy), batch, adv, cfg)
     # under FSDP each rank holds a shard of every gradient: gather the whole one (a collective, on all ranks)
-    return {n: ddp.full_tensor(p.grad.detach()).clone() for n, p in model.named_parameters() if p.grad is not None}
+    return {n: ddp.full_tensor(p.grad.detach()).clone()
+            for n, p in model.named_parameters() if p.grad is not None}
 
 
 def _join(rank: int, world: int, port: int) -> None:
@@ -84,19 +86,10 @@ def test_two_gloo_ranks_match_one_process(tmp_path: Path, model_dir: Path, loss_
 
 
 def _train(model_dir: str, run_dir: Path, strategy: str, max_steps: int, resume: bool = False) -> None:
-    from rankrl.models import load_policy
-    from rankrl.rl.trainer import GRPOTrainer
-    from rankrl.rollout.hf import HFEngine
-    from rankrl.tasks.vowels import VowelWordsTask
-    from rankrl.tracking import RunLogger
+    from tests.rl.test_trainer import vowels_trainer
 
-    torch.manual_seed(0)
-    policy, tok = load_policy(model_dir, dtype="float32", device="cpu")
-    cfg = TrainerConfig(max_steps=max_steps, prompts_per_step=4, group_size=4, micro_batch_size=4, lr=3e-3,
-                        sampling=SamplingParams(max_new_tokens=8, temperature=1.0, top_k=20), save_every=1,
-                        strategy=strategy, resume=resume)
-    trainer = GRPOTrainer(policy, tok, HFEngine(policy, tok), VowelWordsTask(num_train_prompts=8), cfg,
-                          run_dir, RunLogger(run_dir), seed=0)
+    trainer = vowels_trainer(Path(model_dir), run_dir, max_steps=max_steps, prompts_per_step=4,
+                             strategy=strategy, resume=resume)
     torch.manual_seed(100 + dist.get_rank())  # each rank samples its own completions, as rankrl.train does
     trainer.train()
 
@@ -128,7 +121,7 @@ def test_fsdp_trains_like_ddp_and_resumes_exactly(tmp_path: Path, model_dir: Pat
     from rankrl.models import load_policy
 
     tiny = str(model_dir / "tiny")
-    mp.spawn(_train_worker, args=(2, _free_port(), tiny, str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(_train_worker, args=(2, _free_port(), str(model_dir), str(tmp_path)), nprocs=2, join=True)
     ddp_w, fsdp_w, resumed_w = (_final_weights(tmp_path / d) for d in ("ddp", "fsdp", "fsdp_resumed"))
     assert (tmp_path / "fsdp_resumed" / "checkpoints" / "step_000002" / "sharded").is_dir()
     assert ddp_w.keys() == fsdp_w.keys() == resumed_w.keys() and ddp_w

@@ -34,7 +34,8 @@ def _train_cmd(run_dir: Path, *overrides: str) -> list[str]:
             "task.num_eval_prompts=4", *overrides]
 
 
-def _trainer(model_dir: Path, run_dir: Path, **cfg) -> GRPOTrainer:
+def vowels_trainer(model_dir: Path, run_dir: Path, **cfg) -> GRPOTrainer:
+    """The tiny model on the vowels task, 3 steps of 2 prompts x 4 by default; ``cfg`` overrides any of it."""
     from rankrl.models import load_policy
 
     torch.manual_seed(0)
@@ -86,7 +87,7 @@ def test_resume_after_kill_matches_an_unbroken_run(tmp_path, model_dir):
 
 
 def test_non_finite_loss_stops_and_keeps_the_last_checkpoint(tmp_path, model_dir, monkeypatch):
-    trainer = _trainer(model_dir, tmp_path, micro_batch_size=8)  # one loss call per step
+    trainer = vowels_trainer(model_dir, tmp_path, micro_batch_size=8)  # one loss call per step
     real = trainer_module.policy_loss
     calls = {"n": 0}
 
@@ -103,8 +104,9 @@ def test_non_finite_loss_stops_and_keeps_the_last_checkpoint(tmp_path, model_dir
 
 
 def test_lora_kl_and_several_iterations_update_only_the_adapter(tmp_path, model_dir):
-    trainer = _trainer(model_dir, tmp_path, lora={"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]},
-                       beta=0.04, num_iterations=2, max_steps=1, micro_batch_size=3)
+    lora = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
+    trainer = vowels_trainer(model_dir, tmp_path, lora=lora, beta=0.04, num_iterations=2, max_steps=1,
+                             micro_batch_size=3)
     before = {n: p.detach().clone() for n, p in trainer.policy.named_parameters()}
     metrics = trainer.train()
     changed = {n for n, p in trainer.policy.named_parameters() if not torch.equal(p, before[n])}
@@ -115,7 +117,7 @@ def test_lora_kl_and_several_iterations_update_only_the_adapter(tmp_path, model_
 
 
 def test_token_advantages_hook_reaches_the_loss(tmp_path, model_dir, monkeypatch):
-    trainer = _trainer(model_dir, tmp_path, max_steps=1)
+    trainer = vowels_trainer(model_dir, tmp_path, max_steps=1)
     seen = {}
 
     def hook(*, scores, rollouts, response_mask, advantage_fn, group_size, sequence_advantages):
