@@ -76,8 +76,8 @@ bench: setup ## one GRPO step, ours vs TRL's GRPOTrainer on SmolLM2-135M, altern
 reproduce-rankr1: setup ## Rank-R1: every CPU-runnable row, then its tables (~100 min; experiments/rankr1/README.md)
 	bash experiments/rankr1/reproduce.sh
 
-tables: install ## rebuild every paper's tables from finished runs (reruns nothing; seconds)
-	$(PY) -m rankrl.report paper=rankr1
+tables: install ## rebuild every paper's tables and figures from run folders (reruns nothing; seconds)
+	$(PY) -m rankrl.report paper=all
 
 clean: ## remove run outputs (keeps the venv, models and data)
 	rm -rf outputs multirun

@@ -1,52 +1,154 @@
-"""Building a run's parts from its composed config; shared by the train and evaluate entry points."""
+"""Building a run's parts from its composed config; shared by the train and evaluate entry points.
+
+Roles. A run has one trained policy (the role ``train_role``) and, for methods that train several
+policies, frozen roles that serve generation. ``cfg.roles`` maps each role to ``{model, init_from}``; when
+it is empty the run has the single role ``policy`` built from ``cfg.model`` and ``cfg.init_from``. Every
+role gets its own model object and its own engine, so no update ever reaches another role's weights.
+
+``init_from`` names the run whose final weights start a role: a run folder, or an experiment name
+(``outputs/<experiment>/<scale>-<model>/seed<seed>``, the folder that experiment writes). A run that has not finished stops with the command that makes it.
+"""
 
 from __future__ import annotations
 
-import inspect
+import hashlib
 import logging
-from dataclasses import replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from rankrl import distributed as ddp
+from rankrl.errors import ConfigError
+from rankrl.rl.config import typed_node
+from rankrl.rl.task import DEFAULT_ROLE, EvalTask, TrainTask
 from rankrl.rollout.base import Generator, RolloutEngine, SamplingParams, engine_generator
+from rankrl.runs import METRICS_FILE
 
 log = logging.getLogger(__name__)
 
 
+# ---------------------------------------------------------------------------------------------------- tasks
+
+
 def task_uses_model(cfg: DictConfig) -> bool:
-    """Whether the task needs an LLM (first-stage baselines do not)."""
-    return bool(getattr(get_class(cfg.task._target_), "uses_model", True))
+    """Whether the task needs an LLM (first-stage baselines do not); declared by the task class."""
+    return bool(get_class(cfg.task._target_).uses_model)
 
 
-def build_policy(cfg: DictConfig, ckpt_path: str | None = None) -> tuple[torch.nn.Module, Any]:
-    """The policy and its tokenizer; weights from ``ckpt_path`` (a trainer checkpoint) when given."""
+def build_task(cfg: DictConfig) -> EvalTask:
+    """Instantiate ``cfg.task`` (a task that needs a tokenizer names its path in its config node)."""
+    task = instantiate_component(cfg.task)
+    if not isinstance(task, EvalTask):
+        raise ConfigError(f"task {cfg.task._target_} does not implement rankrl.rl.task.EvalTask")
+    return task
+
+
+def trainable(task: EvalTask, cfg: DictConfig) -> TrainTask:
+    if not isinstance(task, TrainTask):
+        raise ConfigError(f"task {cfg.task.name!r} is evaluation-only: run `python -m rankrl.evaluate` with it")
+    return task
+
+
+def instantiate_component(node: DictConfig | dict, **kwargs: Any) -> Any:
+    """Instantiate a group's node; its ``name`` key labels the choice and is not a constructor argument."""
+    resolved = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
+    resolved.pop("name", None)
+    return instantiate(resolved, _convert_="all", **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------- roles
+
+
+@dataclass
+class Role:
+    """One policy of a run: its model node, the run its weights start from, and what was built."""
+
+    name: str
+    model_cfg: DictConfig
+    init_from: Path | None
+    policy: torch.nn.Module | None = None
+    tokenizer: Any = None
+    engine: RolloutEngine | None = None
+
+
+def role_specs(cfg: DictConfig) -> dict[str, tuple[DictConfig, Any]]:
+    """role name -> (model node, init_from value) from ``cfg.roles``, or the single ``policy`` role."""
+    roles = cfg.get("roles") or {}
+    if not roles:
+        return {DEFAULT_ROLE: (cfg.model, cfg.get("init_from"))}
+    return {name: (node.get("model") or cfg.model, node.get("init_from")) for name, node in roles.items()}
+
+
+def build_roles(cfg: DictConfig, ckpt_path: str | None = None) -> dict[str, Role]:
+    """Every role of the run with its own policy, tokenizer and engine.
+
+    ``ckpt_path`` (a checkpoint folder of a single-role run) takes the place of ``init_from``.
+    """
+    specs = role_specs(cfg)
+    if ckpt_path and len(specs) > 1:
+        raise ConfigError(f"ckpt_path names one checkpoint but the run has roles {sorted(specs)}: set "
+                          "roles.<role>.init_from instead")
+    out = {}
+    for name, (model_cfg, init_from) in specs.items():
+        start = Path(ckpt_path) if ckpt_path else resolve_init_from(init_from, cfg) if init_from else None
+        role = Role(name, model_cfg, start)
+        role.policy, role.tokenizer = build_policy(cfg, model_cfg, role.init_from)
+        role.engine = build_engine(cfg, role.policy, role.tokenizer)
+        out[name] = role
+    return out
+
+
+def check_train_role(cfg: DictConfig, task: EvalTask) -> str:
+    role = cfg.get("train_role") or DEFAULT_ROLE
+    declared = set(role_specs(cfg))
+    if role not in declared:
+        raise ConfigError(f"train_role={role!r}; the run's roles are {', '.join(sorted(declared))}")
+    if set(task.roles) != declared:
+        raise ConfigError(f"task {task.name!r} has roles {list(task.roles)} but the config declares "
+                          f"{sorted(declared)} (set `roles:` in the experiment)")
+    return role
+
+
+def resolve_init_from(value: str | Path, cfg: DictConfig) -> Path:
+    """The finished run folder that ``value`` names: a folder, or an experiment name (its seed's folder)."""
+    path = Path(str(value))
+    candidates = [path] if path.is_absolute() else [
+        path, Path(cfg.paths.log_dir) / path / f"{cfg.scale}-{cfg.model.name}" / f"seed{cfg.seed}"]
+    for run in candidates:
+        if (run / METRICS_FILE).exists() and (run / "checkpoints").is_dir():
+            return run.resolve()
+    command = f"python -m rankrl.train experiment={value} seed={cfg.seed}"
+    raise ConfigError(f"init_from={value}: no finished training run at {' or '.join(map(str, candidates))}; "
+                      f"run `{command}` first (or `python -m rankrl.pipeline` for a pipeline)")
+
+
+def build_policy(cfg: DictConfig, model_cfg: DictConfig | None = None,
+                 init_from: Path | None = None) -> tuple[torch.nn.Module, Any]:
+    """A policy and its tokenizer; weights from ``init_from`` (a run folder or checkpoint folder) when given."""
     from rankrl.models import load_policy
 
-    lora = OmegaConf.to_container(cfg.model.lora, resolve=True) if cfg.model.get("lora") else None
-    policy, tokenizer = load_policy(
-        str(cfg.model.path), dtype=cfg.model.dtype, lora=lora, device=_load_device(cfg)
-    )
-    if ckpt_path:
+    model_cfg = model_cfg if model_cfg is not None else cfg.model
+    lora = OmegaConf.to_container(model_cfg.lora, resolve=True) if model_cfg.get("lora") else None
+    policy, tokenizer = load_policy(str(model_cfg.path), dtype=model_cfg.dtype, lora=lora, device=_load_device(cfg))
+    if init_from is not None:
         from rankrl.rl.checkpoint import load_policy_weights
 
-        load_policy_weights(policy, _policy_dir(Path(ckpt_path)))
-        log.info("loaded policy weights from %s", ckpt_path)
+        load_policy_weights(policy, policy_dir(Path(init_from)))
+        log.info("loaded policy weights from %s", init_from)
     return policy, tokenizer
 
 
-def build_reference(cfg: DictConfig) -> torch.nn.Module | None:
-    """The frozen reference policy for the KL term: needed only when ``trainer.beta > 0`` and the whole
-    model is trained (with LoRA the reference is the policy with its adapter switched off)."""
-    from rankrl.models import load_policy
-
-    if not cfg.trainer.get("beta", 0) or cfg.model.get("lora"):
+def build_reference(cfg: DictConfig, model_cfg: DictConfig, init_from: Path | None) -> torch.nn.Module | None:
+    """The frozen reference for the KL term: needed only when ``trainer.beta > 0`` and the whole model is
+    trained (with LoRA the reference is the policy with its adapter switched off). It starts from the same
+    weights as the policy, so a stage after SFT is held near the SFT model."""
+    if not cfg.trainer.get("beta", 0) or model_cfg.get("lora"):
         return None
-    ref, _ = load_policy(str(cfg.model.path), dtype=cfg.model.dtype, device=_load_device(cfg))
+    ref, _ = build_policy(cfg, model_cfg, init_from)
     ref.eval().requires_grad_(False)
     return ddp.shard(ref) if _sharded(cfg) else ref
 
@@ -60,50 +162,58 @@ def _load_device(cfg: DictConfig) -> str:
     return "cuda" if torch.cuda.is_available() and not _sharded(cfg) else "cpu"
 
 
-def _policy_dir(ckpt: Path) -> Path:
-    """Accept a checkpoint folder, its ``policy`` subfolder, or a ``checkpoints`` folder (its latest)."""
+def policy_dir(ckpt: Path) -> Path:
+    """Accept a run folder, a ``checkpoints`` folder (its latest), a checkpoint folder or its ``policy``."""
     from rankrl.rl.checkpoint import latest_checkpoint
 
+    for root in (ckpt / "checkpoints", ckpt):
+        if (root / "latest").exists():
+            found = latest_checkpoint(root)
+            if found is not None:
+                return found / "policy"
     if (ckpt / "policy").is_dir():
         return ckpt / "policy"
-    if (ckpt / "latest").exists():
-        found = latest_checkpoint(ckpt)
-        if found is not None:
-            return found / "policy"
-    if ckpt.is_dir():
+    if ckpt.is_dir() and any(ckpt.glob("*.safetensors")):
         return ckpt
-    raise FileNotFoundError(f"ckpt_path={ckpt} is not a checkpoint folder written by rankrl.train")
+    raise ConfigError(f"{ckpt} holds no policy weights written by rankrl.train")
 
 
-def instantiate_component(node: DictConfig, **kwargs: Any) -> Any:
-    """Instantiate a group's node; its ``name`` key labels the choice and is not a constructor argument."""
-    resolved = OmegaConf.to_container(node, resolve=True)  # interpolations need the whole config
-    resolved.pop("name", None)
-    return instantiate(resolved, _convert_="all", **kwargs)
+def weights_fingerprint(model: torch.nn.Module) -> str:
+    """A short fingerprint of every parameter's values: equal weights, equal fingerprints (one pass, cheap)."""
+    h = hashlib.sha256()
+    with torch.no_grad():
+        for name, p in sorted(model.state_dict().items()):
+            if p.is_floating_point():
+                h.update(f"{name}:{p.double().sum().item():.10e}:{p.double().abs().sum().item():.10e}".encode())
+    return h.hexdigest()[:16]
 
 
 def build_engine(cfg: DictConfig, policy: torch.nn.Module, tokenizer: Any) -> RolloutEngine:
     if _sharded(cfg) and cfg.rollout.get("name") == "vllm" and cfg.model.get("lora"):
-        raise ValueError("trainer.strategy=fsdp with rollout=vllm and LoRA is not supported (the adapter "
-                         "would have to be merged into sharded weights); LoRA policies fit per GPU: use "
-                         "trainer.strategy=ddp")
+        raise ConfigError("trainer.strategy=fsdp with rollout=vllm and LoRA is not supported (the adapter "
+                          "would have to be merged into sharded weights); LoRA policies fit per GPU: use "
+                          "trainer.strategy=ddp")
     return instantiate_component(cfg.rollout)(policy, tokenizer)
 
 
-def build_task(cfg: DictConfig, tokenizer: Any = None) -> Any:
-    """Instantiate ``cfg.task``, passing the tokenizer to tasks whose constructor takes one."""
-    params = inspect.signature(get_class(cfg.task._target_)).parameters
-    return instantiate_component(cfg.task, **({"tokenizer": tokenizer} if "tokenizer" in params else {}))
+# ---------------------------------------------------------------------------------------------------- evaluation
 
 
-def eval_generator(cfg: DictConfig, engine: RolloutEngine, sampling: SamplingParams) -> Generator:
-    """Evaluation decodes greedily unless ``eval_temperature`` says otherwise."""
-    return engine_generator(engine, replace(sampling, temperature=float(cfg.get("eval_temperature", 0.0))))
+def eval_sampling(cfg: DictConfig, role: str | None = None) -> SamplingParams:
+    """``cfg.evaluation.sampling`` (greedy by default), with a role's own ``sampling`` over it."""
+    node = OmegaConf.to_container(cfg.evaluation.sampling, resolve=True)
+    role_node = ((cfg.get("roles") or {}).get(role) or {}) if role else {}
+    if role_node.get("sampling"):
+        node.update(OmegaConf.to_container(role_node.sampling, resolve=True))
+    return SamplingParams(**typed_node(node, SamplingParams, "evaluation.sampling"))
 
 
-def run_evaluation(cfg: DictConfig, task: Any, generate: Generator | None) -> dict[str, Any]:
+def generators(cfg: DictConfig, roles: Mapping[str, Role]) -> dict[str, Generator]:
+    """One evaluation generator per role, each over the role's own engine."""
+    return {name: engine_generator(role.engine, eval_sampling(cfg, name)) for name, role in roles.items()}
+
+
+def run_evaluation(cfg: DictConfig, task: EvalTask, gens: Mapping[str, Generator]) -> dict[str, Any]:
     """Run the task's inference on ``cfg.eval_split`` (first ``eval_limit`` queries when set)."""
-    kwargs: dict[str, Any] = {}
-    if cfg.get("eval_limit") and "limit" in inspect.signature(task.evaluate).parameters:
-        kwargs["limit"] = int(cfg.eval_limit)
-    return task.evaluate(generate, cfg.eval_split, **kwargs)
+    limit = int(cfg.eval_limit) if cfg.get("eval_limit") else None
+    return task.evaluate(gens, cfg.eval_split, limit)

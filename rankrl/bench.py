@@ -10,7 +10,7 @@ eps 0.2, beta 0 (no reference model); one update per batch in one micro-batch of
 Each side runs in its own worker process (same model folder, seed and torch threads) that waits for the
 parent's go before each step: steps alternate ours, TRL, ours, TRL, ... and never overlap; one warm-up step
 each is not counted. Time: wall clock from the step's start to the end of its optimizer step, ours around
-``GRPOTrainer.train_step()``, TRL's from ``on_step_begin`` to ``on_step_end`` (its dataloader fetch of 16
+``TrainLoop.step_once()``, TRL's from ``on_step_begin`` to ``on_step_end`` (its dataloader fetch of 16
 prompt rows comes just before and is not counted). Memory: the worker's peak resident set size during the
 step, ``VmHWM`` reset through /proc/self/clear_refs at the step start (model and optimizer state included).
 
@@ -35,7 +35,9 @@ from typing import Any, Callable
 
 from rankrl.tasks.vowels import VowelWordsTask, vowel_word_reward
 
-GOAL_RATIO = 0.8  # the issue's target: ours takes at most 0.8x TRL's time per step
+# The target for our step time relative to TRL's on the identical configuration: the purpose-built loop
+# has to be clearly faster than the general one to earn its keep, by more than run-to-run CPU noise.
+GOAL_RATIO = 0.8
 SIDES = ("ours", "trl")
 PROTOCOL = "BENCH "  # prefix of the worker's protocol lines on stdout (libraries may print too)
 PHASES = ("generate_s", "reward_s", "update_s")
@@ -120,12 +122,12 @@ def _task(cfg: BenchConfig) -> VowelWordsTask:
 
 # ---------------------------------------------------------------- the two sides
 def run_ours(cfg: BenchConfig, run_dir: Path, channel: Channel) -> None:
-    """Our ``GRPOTrainer`` with ``rollout=hf``; ``train_step()`` is one step (nothing is saved)."""
+    """Our training loop with the GRPO step and ``rollout=hf``; ``step_once()`` is one step (nothing is saved)."""
     import torch
 
     from rankrl.models import load_policy
     from rankrl.rl.config import TrainerConfig
-    from rankrl.rl.trainer import GRPOTrainer
+    from rankrl.rl.trainer import make_loop
     from rankrl.rollout.base import SamplingParams
     from rankrl.rollout.hf import HFEngine
     from rankrl.tracking import RunLogger
@@ -137,14 +139,14 @@ def run_ours(cfg: BenchConfig, run_dir: Path, channel: Channel) -> None:
         micro_batch_size=cfg.prompts * cfg.group_size, lr=cfg.lr, lr_scheduler="constant", max_grad_norm=1.0,
         advantage="grpo", loss_agg="dapo", eps_low=0.2, eps_high=0.2, beta=0.0, save_every=0,
         sampling=SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=1.0, top_p=1.0, top_k=0))
-    trainer = GRPOTrainer(policy, tok, HFEngine(policy, tok, batch_size=16), _task(cfg), config, run_dir,
-                          RunLogger(run_dir), seed=cfg.seed)
+    trainer = make_loop(policy, tok, _task(cfg), config, run_dir, RunLogger(run_dir),
+                        engine=HFEngine(policy, tok, batch_size=16), seed=cfg.seed)
     channel.send(event="ready", threads=torch.get_num_threads())
     meter = StepMeter()
     for _ in range(config.max_steps):
         channel.wait_go()
         meter.start()
-        metrics = trainer.train_step()
+        metrics = trainer.step_once()
         record = meter.stop()
         channel.send(event="step", **record, **{p: metrics[f"time/{p}"] for p in PHASES},
                      completion_length=metrics["completion_length/mean"], reward=metrics["reward/mean"])

@@ -9,7 +9,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from dataclasses import dataclass, fields
+from typing import Optional
+
+from omegaconf import DictConfig, OmegaConf
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO_ROOT / "conf"
@@ -35,18 +38,61 @@ def register_resolvers() -> None:
 
 
 def setup() -> None:
-    """Call before composing a config: resolvers and offline defaults."""
+    """Call before composing a config: resolvers, typed schemas and offline defaults."""
+    from rankrl.rl.config import register_schemas
+
     _offline_defaults()
     register_resolvers()
+    register_schemas()
 
 
 setup()
+
+
+@dataclass
+class RunKeys:
+    """Types of the top-level keys every entry point reads (checked before anything is built)."""
+
+    seed: int = 0
+    eval_split: str = "test"
+    eval_limit: Optional[int] = None
+    init_from: Optional[str] = None
+    train_role: Optional[str] = None
+
+
+def check_run_keys(cfg: DictConfig) -> None:
+    """Stop with ``ConfigError`` naming the key, the expected type and the value (``seed=abc``)."""
+    from rankrl.rl.config import typed_node
+
+    typed_node({f.name: cfg.get(f.name) for f in fields(RunKeys) if f.name in cfg}, RunKeys, "")
 
 
 def group_choices(group: str) -> list[str]:
     """The options of a config group, nested folders included (``experiment`` -> ``rankr1/bm25_dl19`` ...)."""
     root = CONFIG_DIR / group
     return sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml"))
+
+
+def precheck(config_name: str, argv: list[str]) -> None:
+    """Compose the config once before Hydra does, so a bad override ends in one line, not a report.
+
+    Group choices are checked by ``check_overrides``; this catches wrong types and unknown keys
+    (``trainer.lr=abc``: ``error: trainer.lr: Value 'abc' of type 'str' could not be converted to Float``).
+    Sweeps (``-m``) and Hydra's own flags are left to Hydra.
+    """
+    if os.environ.get("HYDRA_FULL_ERROR") == "1" or any(a.startswith("-") for a in argv):
+        return
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import ConfigCompositionException
+
+    try:
+        with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+            compose(config_name, overrides=list(argv))
+    except ConfigCompositionException as err:
+        cause = err.__cause__ or err
+        key = getattr(cause, "full_key", None)
+        message = str(getattr(cause, "msg", None) or cause).splitlines()[0]
+        raise SystemExit(f"error: {key + ': ' if key else ''}{message}") from None
 
 
 def check_overrides(argv: list[str]) -> None:

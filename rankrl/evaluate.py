@@ -1,7 +1,8 @@
-"""Entry point: run a task's inference on a split (zero-shot or from a checkpoint), write metrics.json.
+"""Entry point: run a task's inference on a split (zero-shot or from trained weights), write metrics.json.
 
 python -m rankrl.evaluate experiment=rankr1/bm25_dl19
-python -m rankrl.evaluate experiment=rankr1/setwise_dl19 ckpt_path=outputs/<run>/checkpoints
+python -m rankrl.evaluate experiment=rankr1/setwise_dl19 init_from=<run folder or experiment>
+python -m rankrl.evaluate experiment=rankr1/setwise_dl19 ckpt_path=outputs/<run>/checkpoints/step_000010
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 import rankrl.config  # noqa: F401  (resolvers, offline defaults)
 from rankrl import app
-from rankrl.config import CONFIG_DIR, check_overrides
+from rankrl.cli import one_line_errors
+from rankrl.config import CONFIG_DIR, check_overrides, check_run_keys, precheck
 from rankrl.runs import run_record, seed_everything, write_run_files
 
 log = logging.getLogger(__name__)
@@ -25,21 +26,26 @@ log = logging.getLogger(__name__)
 
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
     """Evaluate and write the run's files; returns the metrics record."""
+    check_run_keys(cfg)
     seed_everything(int(cfg.seed))
-    generate, tokenizer = None, None
-    if app.task_uses_model(cfg):
-        policy, tokenizer = app.build_policy(cfg, ckpt_path=cfg.get("ckpt_path"))
-        engine = app.build_engine(cfg, policy, tokenizer)
-        generate = app.eval_generator(cfg, engine, instantiate(cfg.trainer.sampling, _convert_="all"))
-    task = app.build_task(cfg, tokenizer)
-    result = app.run_evaluation(cfg, task, generate)
-    record = run_record(cfg, kind="evaluate", metrics=result["metrics"], extra={"cost": result.get("cost")})
+    task = app.build_task(cfg)
+    gens, roles = {}, {}
+    if task.uses_model:
+        roles = app.build_roles(cfg, ckpt_path=cfg.get("ckpt_path"))
+        gens = app.generators(cfg, roles)
+    result = app.run_evaluation(cfg, task, gens)
+    record = run_record(cfg, kind="evaluate", metrics=result["metrics"], extra={
+        "cost": result.get("cost"),
+        "roles": {name: {"init_from": str(r.init_from) if r.init_from else None,
+                         "weights": app.weights_fingerprint(r.policy)} for name, r in roles.items()},
+    })
     write_run_files(Path(cfg.paths.output_dir), cfg, record)
     log.info("metrics: %s (run folder %s)", result["metrics"], cfg.paths.output_dir)
     return record
 
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name="evaluate", version_base="1.3")
+@one_line_errors
 def main(cfg: DictConfig) -> float | None:
     metrics = evaluate(cfg)["metrics"]
     return next(iter(metrics.values())) if metrics else None
@@ -47,4 +53,5 @@ def main(cfg: DictConfig) -> float | None:
 
 if __name__ == "__main__":
     check_overrides(sys.argv[1:])
+    precheck("evaluate", sys.argv[1:])
     main()

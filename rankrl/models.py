@@ -24,6 +24,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from rankrl.errors import EnvironmentProblem
+
 log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -189,12 +191,16 @@ def resolve_model(name_or_path: str | Path, cache_dir: str | Path | None = None)
     return str(name_or_path)
 
 
+class ModelNotAvailableError(EnvironmentProblem, OSError):
+    """A model name that is neither a local folder nor reachable offline."""
+
+
 def _not_available(name: str, cache_dir: str | Path | None, err: Exception) -> OSError:
     cache = Path(cache_dir or default_cache_dir())
     local = ", ".join(
         f"{k} ({cache / k}{'' if _is_prepared(cache / k) else ', not prepared yet'})" for k in LOCAL_MODELS
     )
-    return OSError(
+    return ModelNotAvailableError(
         f"model {name!r} is not available offline: it is not a local folder, and hub names need the model "
         f"hub (or a filled Hugging Face cache). Local models: {local}; `python -m rankrl.models prepare` "
         f"builds them. Paper models {', '.join(PAPER_MODELS)} need a GPU machine with hub access. ({err})"

@@ -1,9 +1,11 @@
-"""Entry point: train a policy with GRPO on a task, evaluate it, write metrics.json.
+"""Entry point: train one role's policy (GRPO or SFT), evaluate it, write metrics.json.
 
-python -m rankrl.train                                  # the synthetic task, CPU profile
+python -m rankrl.train                                   # the synthetic task, CPU profile
+python -m rankrl.train trainer=sft                       # supervised steps on the task's SFT examples
 python -m rankrl.train experiment=rankr1/rankr1_grpo_dl19
-python -m rankrl.train experiment=... trainer.resume=true hydra.run.dir=<the killed run's folder>
-torchrun --nproc_per_node=2 -m rankrl.train ...         # data parallel
+python -m rankrl.train experiment=... init_from=<run folder or experiment>   # start from a finished run
+python -m rankrl.train experiment=... trainer.resume=true                      # continue a killed run
+torchrun --nproc_per_node=2 -m rankrl.train ...          # data parallel
 """
 
 from __future__ import annotations
@@ -14,14 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 import rankrl.config  # noqa: F401  (resolvers, offline defaults)
 from rankrl import app
-from rankrl.config import CONFIG_DIR, check_overrides
 from rankrl import distributed as ddp
-from rankrl.rl.trainer import GRPOTrainer
+from rankrl.cli import one_line_errors
+from rankrl.config import CONFIG_DIR, check_overrides, check_run_keys, precheck
+from rankrl.rl.config import build_trainer_config
+from rankrl.rl.trainer import make_loop
 from rankrl.runs import run_record, seed_everything, write_run_files
 from rankrl.tracking import RunLogger
 
@@ -29,49 +32,44 @@ log = logging.getLogger(__name__)
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:
-    """Train, evaluate the final policy, and write the run's files; returns the metrics record."""
+    """Train the role ``cfg.train_role``, evaluate the final policy, write the run's files; returns the record."""
+    check_run_keys(cfg)
+    trainer_cfg = build_trainer_config(cfg.trainer)
     ddp.init_from_env()
     seed_everything(int(cfg.seed))
     run_dir = Path(cfg.paths.output_dir)
-    trainer_cfg = instantiate(cfg.trainer, _convert_="all")
-    policy, tokenizer = app.build_policy(cfg)
-    engine = app.build_engine(cfg, policy, tokenizer)
-    task = app.build_task(cfg, tokenizer)
-    generate = app.eval_generator(cfg, engine, trainer_cfg.sampling)
-    logger = RunLogger(
-        run_dir,
-        cfg.logger.get("wandb") if ddp.is_main() else None,
-        config=OmegaConf.to_container(cfg, resolve=True),
-        name=cfg.experiment_name,
-    )
-    trainer = GRPOTrainer(
-        policy,
-        tokenizer,
-        engine,
-        task,
-        trainer_cfg,
-        run_dir,
-        logger,
-        seed=int(cfg.seed),
-        ref_model=app.build_reference(cfg),
-        evaluate=lambda step: app.run_evaluation(cfg, task, generate)["metrics"],
+    task = app.trainable(app.build_task(cfg), cfg)
+    role_name = app.check_train_role(cfg, task)
+    roles = app.build_roles(cfg)
+    trained = roles[role_name]
+    start = {name: app.weights_fingerprint(r.policy) for name, r in roles.items()}
+    gens = app.generators(cfg, roles)
+    task.bind(role_name, {name: g for name, g in gens.items() if name != role_name})
+    if trainer_cfg.kind == "sft":
+        trainer_cfg = trainer_cfg.with_epochs(len(task.sft_examples()))
+    logger = RunLogger(run_dir, cfg.logger.get("wandb") if ddp.is_main() else None,
+                       config=OmegaConf.to_container(cfg, resolve=True), name=cfg.experiment_name)
+    loop = make_loop(
+        trained.policy, trained.tokenizer, task, trainer_cfg, run_dir, logger, engine=trained.engine,
+        seed=int(cfg.seed), ref_model=app.build_reference(cfg, trained.model_cfg, trained.init_from),
+        evaluate=lambda step: app.run_evaluation(cfg, task, gens)["metrics"],
+        monitor=lambda step: task.monitor(gens),
     )
     if ddp.world_size() > 1:  # the model is built and identical everywhere; now each rank samples its own
         seed_everything(int(cfg.seed) + ddp.rank())
-    last = trainer.train()
+    last = loop.train()
     # a sharded policy's forward needs every rank, so all of them run the (greedy, identical) evaluation
-    everywhere = ddp.is_sharded(policy)
-    result = app.run_evaluation(cfg, task, generate) if ddp.is_main() or everywhere else {"metrics": {}}
-    record = run_record(
-        cfg,
-        kind="train",
-        metrics=result["metrics"],
-        extra={
-            "cost": result.get("cost"),
-            "train": {"steps": trainer.step, "last_step": last},
-            "checkpoint": str(trainer.ckpt_root / "latest"),
-        },
-    )
+    everywhere = ddp.is_sharded(trained.policy)
+    result = app.run_evaluation(cfg, task, gens) if ddp.is_main() or everywhere else {"metrics": {}}
+    end = {name: app.weights_fingerprint(r.policy) for name, r in roles.items()}
+    record = run_record(cfg, kind="train", metrics=result["metrics"], extra={
+        "cost": result.get("cost"),
+        "train": {"trainer": trainer_cfg.kind, "steps": loop.step, "last_step": last},
+        "checkpoint": str(loop.ckpt_root / "latest"),
+        "train_role": role_name,
+        "roles": {name: {"init_from": str(r.init_from) if r.init_from else None, "weights_start": start[name],
+                         "weights_end": end[name], "trained": name == role_name} for name, r in roles.items()},
+    })
     if ddp.is_main():
         logger.summary(result["metrics"])
         write_run_files(run_dir, cfg, record)
@@ -81,6 +79,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name="train", version_base="1.3")
+@one_line_errors
 def main(cfg: DictConfig) -> float | None:
     record = train(cfg)
     metrics = record["metrics"]
@@ -89,4 +88,5 @@ def main(cfg: DictConfig) -> float | None:
 
 if __name__ == "__main__":
     check_overrides(sys.argv[1:])
+    precheck("train", sys.argv[1:])
     main()

@@ -20,13 +20,38 @@ def repo_root() -> Path:
     return REPO_ROOT
 
 
+def prepared_data_dir() -> Path:
+    """The data folder `make data` fills: ``RANKRL_DATA_DIR``, else <repo>/data."""
+    return Path(os.environ.get("RANKRL_DATA_DIR", REPO_ROOT / "data"))
+
+
+def require_data(*paths: str) -> Path:
+    """The prepared data folder, after checking that it holds every file or folder of ``paths``.
+
+    A missing one fails the calling test (never skips it): every machine gets these files from
+    `make data` (copied from ../shared/data, else downloaded), so their absence is a broken setup
+    that a skip would hide. Only name data a plain `make data` prepares here: BRIGHT documents,
+    MS MARCO, WANDS products and images are never on the build machines, and their tests write
+    small files of their own instead.
+    """
+    root = prepared_data_dir()
+    missing = [p for p in paths if not (root / p).exists()]
+    if missing:
+        listed = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        pytest.fail(
+            f"the prepared data folder {root} lacks {listed}: run `make data` "
+            "(make test runs it; RANKRL_DATA_DIR chooses the folder)",
+            pytrace=False,
+        )
+    return root
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
-    """The data folder `make data` prepared (RANKRL_DATA_DIR or <repo>/data)."""
-    path = Path(os.environ.get("RANKRL_DATA_DIR", REPO_ROOT / "data"))
-    if not (path / "trec_dl").exists():
-        pytest.fail(f"no prepared data in {path}: run `make data` first (make test does it)")
-    return path
+    """The data folder `make data` prepared, with every folder of a plain `make data` in it."""
+    from rankrl.data.sources import SOURCES
+
+    return require_data(*dict.fromkeys(s.folder for s in SOURCES if s.default))
 
 
 @pytest.fixture(scope="session")

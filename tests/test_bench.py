@@ -44,9 +44,10 @@ def test_benchmark_runs_both_sides_and_reports_them(model_dir, tmp_path, capsys)
             s["median_step_s"], rel=0.05)
         assert s["peak_rss_mib"] > 0 and s["peak_growth_mib"] >= 0
         assert 1 <= s["completion_length_mean"] <= 4 and 0 <= s["reward_mean"] <= 1
-    assert result["ratio_ours_over_trl"] == pytest.approx(
-        result["ours"]["median_step_s"] / result["trl"]["median_step_s"])
-    assert result["goal"] == {"max_ratio": 0.8, "met": result["ratio_ours_over_trl"] <= 0.8}
+    # one timed step each: the ratio is that of the two raw step times (summarize's medians are not reused)
+    ratio = result["ours"]["steps"][0]["step_s"] / result["trl"]["steps"][0]["step_s"]
+    assert result["ratio_ours_over_trl"] == pytest.approx(ratio)
+    assert result["goal"]["max_ratio"] == 0.8 and result["goal"]["met"] is (ratio <= 0.8)
     assert result["versions"] == {"python": result["versions"]["python"], "torch": torch.__version__,
                                   "transformers": transformers.__version__, "trl": trl.__version__}
     assert result["machine"]["nproc"] >= 1 and set(result["machine"]["torch_threads"]) == set(bench.SIDES)
@@ -55,6 +56,28 @@ def test_benchmark_runs_both_sides_and_reports_them(model_dir, tmp_path, capsys)
     printed = capsys.readouterr().out
     assert "| ours (rankrl)" in printed and f"| TRL {trl.__version__}" in printed
     assert "ratio ours/TRL" in printed and f"trl {trl.__version__}" in printed
+
+
+def _records(step_s: list[float]) -> list[dict]:
+    """Worker step records with the given step times (the phases split each step 50/10/40)."""
+    return [{"step_s": t, "generate_s": 0.5 * t, "reward_s": 0.1 * t, "update_s": 0.4 * t,
+             "peak_rss_mib": 900.0 + i, "rss_before_mib": 800.0, "completion_length": 4, "reward": 0.25}
+            for i, t in enumerate(step_s)]
+
+
+@pytest.mark.parametrize(("ours", "trl", "ratio", "met", "verdict"), [
+    ([3.0, 1.0, 2.0], [2.5, 9.0, 2.0], 0.8, True, "met"),  # medians 2.0 / 2.5: on the goal exactly
+    ([2.0, 2.2, 9.9], [2.5, 2.4, 2.6], 0.88, False, "NOT met"),  # medians 2.2 / 2.5
+    ([1.0], [4.0], 0.25, True, "met"),
+])
+def test_summary_ratio_and_goal_from_hand_computed_medians(ours, trl, ratio, met, verdict) -> None:
+    pytest.importorskip("trl", reason="TRL is a test dependency: pip install -r requirements/cpu.txt")
+    cfg = bench.BenchConfig(model="tiny", repeats=len(ours), warmup=0)
+    result = bench.summarize(cfg, {"ours": _records(ours), "trl": _records(trl)}, {"ours": 2, "trl": 2}, 0.0)
+    assert result["ratio_ours_over_trl"] == pytest.approx(ratio, abs=1e-12)
+    assert result["goal"] == {"max_ratio": 0.8, "met": met}
+    assert result["ours"]["peak_growth_mib"] == 100.0 + len(ours) - 1
+    assert f"-> goal <= 0.8: {verdict}\n" in bench.format_report(result)
 
 
 def test_a_failing_worker_is_reported_with_its_side_and_stderr() -> None:

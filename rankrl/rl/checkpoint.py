@@ -5,16 +5,28 @@ A checkpoint folder ``checkpoints/step_<k>/`` holds
   ``rankrl.evaluate ckpt_path=...`` whatever the training strategy;
 - ``trainer_state.pt``: scheduler, data position, step, and the optimizer state when it is not sharded;
 - ``rng_rank<r>.pt``: each rank's RNG states, so every rank samples on where it stopped;
-- ``sharded/``: under FSDP, the sharded policy and optimizer state as a torch.distributed.checkpoint.
+- ``sharded/``: under FSDP, the sharded policy and optimizer state as a torch.distributed.checkpoint;
+- ``manifest.json``: written last, once every rank's files are on disk: each file's relative path, size
+  and sha256.
 
 It is written under a temporary name and renamed, and ``checkpoints/latest`` is updated last, so a kill at
 any moment leaves the previous checkpoint intact. Saving and loading are collective: every rank calls them.
+
+A checkpoint can still be damaged afterwards (a full disk, a copy cut short, a bad block): resuming picks
+the newest *intact* one (``latest_checkpoint``, ``verify_checkpoint``) and warns about each damaged one it
+skips. Checkpoints from before the manifest (legacy) are accepted when their ``trainer_state.pt`` is a
+complete zip archive (the format ``torch.save`` writes), without checking the other files.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
+import os
 import random
 import shutil
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,9 +36,17 @@ import torch
 
 from rankrl import distributed as ddp
 
+log = logging.getLogger(__name__)
+
 STATE_FILE = "trainer_state.pt"
 LATEST = "latest"
 SHARDED = "sharded"
+MANIFEST = "manifest.json"
+MANIFEST_VERSION = 1
+
+
+class CheckpointError(RuntimeError):
+    """Checkpoint folders exist but none of them is intact: resuming would silently restart the run."""
 
 
 @dataclass
@@ -97,8 +117,9 @@ def save_checkpoint(
     if ddp.is_main():
         policy.save_pretrained(tmp / "policy", **({"state_dict": weights} if weights is not None else {}))
         torch.save(state, tmp / STATE_FILE)
-    ddp.barrier()
+    ddp.barrier()  # every rank's files (rng, sharded state) are written: the manifest can list them all
     if ddp.is_main():
+        write_manifest(tmp)
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
         latest_tmp = ckpt_root / (LATEST + ".tmp")
@@ -158,13 +179,128 @@ def _full_weights(policy: torch.nn.Module) -> dict[str, torch.Tensor] | None:
     return {name: tensor for name, tensor in full.items() if name in own}
 
 
-def latest_checkpoint(ckpt_root: Path) -> Path | None:
-    """The last completed checkpoint folder, or None."""
-    pointer = ckpt_root / LATEST
-    if not pointer.exists():
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_manifest(ckpt: Path) -> Path:
+    """Write ``ckpt/manifest.json`` (atomically: a temporary file, then a rename) listing every other file
+    under ``ckpt``: relative path, size and sha256. Called last, when all the checkpoint's files exist."""
+    tmp = ckpt / (MANIFEST + ".tmp")
+    listed = sorted(p for p in ckpt.rglob("*") if p.is_file() and p not in (ckpt / MANIFEST, tmp))
+    files = [{"path": p.relative_to(ckpt).as_posix(), "size": p.stat().st_size, "sha256": _sha256(p)}
+             for p in listed]
+    with open(tmp, "w") as f:
+        json.dump({"version": MANIFEST_VERSION, "files": files}, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    return tmp.replace(ckpt / MANIFEST)
+
+
+def verify_checkpoint(path: Path) -> str | None:
+    """None when the checkpoint folder ``path`` is intact, else a one-line reason.
+
+    Intact: every file its manifest lists is there with the listed size and sha256 (files not listed are
+    ignored), and the trainer state is among them. Without a manifest (a checkpoint written before
+    manifests), only ``trainer_state.pt`` is checked: it must exist and be a complete zip archive.
+    """
+    path = Path(path)
+    if not path.exists():
+        return "missing"
+    if not path.is_dir():
+        return "not a folder"
+    manifest = path / MANIFEST
+    if not manifest.exists():
+        state = path / STATE_FILE
+        if not state.is_file():
+            return f"no {MANIFEST} and no {STATE_FILE}"
+        if not zipfile.is_zipfile(state):
+            return f"legacy checkpoint (no {MANIFEST}): {STATE_FILE} is not a complete torch.save archive"
         return None
-    path = ckpt_root / pointer.read_text().strip()
-    return path if (path / STATE_FILE).exists() else None
+    try:
+        files = json.loads(manifest.read_text())["files"]
+        entries = {str(e["path"]): (int(e["size"]), str(e["sha256"])) for e in files}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        return f"unreadable {MANIFEST} ({type(err).__name__}: {err})"
+    if STATE_FILE not in entries:
+        return f"{MANIFEST} does not list {STATE_FILE}"
+    for rel, (size, sha256) in entries.items():
+        if Path(rel).is_absolute() or ".." in Path(rel).parts:
+            return f"{MANIFEST} lists a path outside the checkpoint: {rel!r}"
+        file = path / rel
+        if not file.is_file():
+            return f"{rel} is missing"
+        try:  # the folder may be pruned while we read it
+            actual = file.stat().st_size
+            if actual != size:
+                return f"{rel} has {actual} bytes, the manifest says {size}"
+            if _sha256(file) != sha256:
+                return f"{rel} does not match its sha256 in the manifest"
+        except OSError as err:
+            return f"{rel} is unreadable ({type(err).__name__}: {err})"
+    return None
+
+
+def _step_number(folder: Path) -> int | None:
+    digits = folder.name.removeprefix("step_")
+    return int(digits) if folder.name.startswith("step_") and digits.isdigit() else None
+
+
+def _candidates(ckpt_root: Path) -> list[Path]:
+    """The folder ``latest`` names, then every ``step_*`` folder, newest first (each once)."""
+    out: list[Path] = []
+    pointer = ckpt_root / LATEST
+    if pointer.exists():
+        try:
+            name = pointer.read_text().strip()
+        except (OSError, UnicodeDecodeError) as err:
+            log.warning("checkpoint pointer %s is unreadable (%s); looking at the step folders", pointer, err)
+            name = ""
+        if name and Path(name).name == name and name not in (".", ".."):
+            out.append(ckpt_root / name)
+        elif name:
+            log.warning("checkpoint pointer %s names %r, not a folder beside it; ignored", pointer, name)
+    steps = [p for p in ckpt_root.glob("step_*") if p.is_dir() and _step_number(p) is not None]
+    out += [p for p in sorted(steps, key=_step_number, reverse=True) if p not in out]
+    return out
+
+
+def _scan(ckpt_root: Path) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """The newest intact checkpoint (None if none), and the damaged ones skipped on the way with why."""
+    skipped: list[tuple[Path, str]] = []
+    for ckpt in _candidates(Path(ckpt_root)):
+        reason = verify_checkpoint(ckpt)
+        if reason is None:
+            return ckpt, skipped
+        log.warning("skipping damaged checkpoint %s: %s", ckpt, reason)
+        skipped.append((ckpt, reason))
+    return None, skipped
+
+
+def latest_checkpoint(ckpt_root: Path) -> Path | None:
+    """The newest intact checkpoint folder, or None.
+
+    The folder ``latest`` names comes first; if it is damaged (``verify_checkpoint``), the ``step_*``
+    folders are tried newest first. Each damaged one skipped is logged as a warning with the reason.
+    """
+    return _scan(ckpt_root)[0]
+
+
+def resolve_resume_checkpoint(ckpt_root: Path) -> Path | None:
+    """The checkpoint to resume from: the newest intact one, or None when there are no checkpoints.
+
+    Raises ``CheckpointError`` (one line, each damaged checkpoint with its reason) when checkpoints exist
+    (``step_*`` folders, or a ``latest`` pointer naming one) but none is intact, rather than starting over.
+    """
+    found, skipped = _scan(ckpt_root)
+    if found is None and skipped:
+        reasons = "; ".join(f"{p.name}: {why}" for p, why in skipped)
+        raise CheckpointError(f"no intact checkpoint in {ckpt_root} ({reasons})")
+    return found
 
 
 def load_policy_weights(policy: torch.nn.Module, policy_dir: Path) -> None:

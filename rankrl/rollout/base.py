@@ -14,7 +14,7 @@ import torch
 Messages = list[dict[str, str]]
 
 
-@dataclass(frozen=True)
+@dataclass
 class SamplingParams:
     """How to sample completions.
 

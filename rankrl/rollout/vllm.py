@@ -27,6 +27,7 @@ import torch
 
 from rankrl.distributed import full_tensor
 from rankrl.rollout.base import Messages, Rollouts, SamplingParams
+from rankrl.errors import EnvironmentProblem
 from rankrl.rollout.hf import render_prompts
 
 GPU_HINT = "rollout=vllm needs a CUDA GPU and `pip install -e .[gpu]`; use rollout=hf on CPU"
@@ -35,9 +36,9 @@ GPU_HINT = "rollout=vllm needs a CUDA GPU and `pip install -e .[gpu]`; use rollo
 def check_vllm_available() -> None:
     """Raise at once, with the fix, when vLLM cannot run here."""
     if importlib.util.find_spec("vllm") is None:
-        raise RuntimeError(f"vllm is not installed: {GPU_HINT}")
+        raise EnvironmentProblem(f"vllm is not installed: {GPU_HINT}")
     if not torch.cuda.is_available():
-        raise RuntimeError(f"no CUDA GPU is visible: {GPU_HINT}")
+        raise EnvironmentProblem(f"no CUDA GPU is visible: {GPU_HINT}")
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:

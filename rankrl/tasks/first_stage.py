@@ -6,7 +6,7 @@ No model is involved (``uses_model = False``), so evaluation entry points skip l
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 
 class FirstStageTask:
@@ -23,6 +23,7 @@ class FirstStageTask:
 
     name = "first_stage"
     uses_model = False
+    roles: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -37,13 +38,7 @@ class FirstStageTask:
         self.benchmark = load_benchmark(benchmark, data_dir)
         self.run_name, self.measures, self.depth = run, list(measures), depth
 
-    def train_examples(self) -> list:
-        raise TypeError("first_stage is an evaluation-only task: use `python -m rankrl.evaluate`")
-
-    def score(self, examples, completions):
-        raise TypeError("first_stage is an evaluation-only task")
-
-    def evaluate(self, generate: Any = None, split: str = "test", limit: int | None = None) -> dict[str, Any]:
+    def evaluate(self, generators: Mapping[str, Any], split: str = "test", limit: int | None = None) -> dict[str, Any]:
         from rankrl.eval.metrics import evaluate_run
         from rankrl.retrieval.base import drop_excluded, top_k
         from rankrl.retrieval.first_stage import ensure_run

@@ -23,13 +23,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 
 from rankrl.data.records import Benchmark, Document, Run
 from rankrl.rollout.base import Generator, Messages
-from rankrl.tasks.base import Example, Scores
+from rankrl.tasks.base import Example, Scores, TaskBase
 
 _TOML = tomllib.loads((Path(__file__).parent / "prompts" / "rankr1.toml").read_text())
 PROMPTS: dict[bool, dict[str, str]] = {True: _TOML["setwise_r1"], False: _TOML["setwise"]}  # key: reasoning
@@ -55,13 +55,60 @@ def truncate(text: str, tokenizer: Any, max_tokens: int | None) -> str:
 
 # ---- 2. Parsing and reward ---------------------------------------------------------------------------------
 
+# The official patterns (searched with re.DOTALL), kept for reference and differential tests. Backtracking
+# makes the reasoning one about cubic on degenerate outputs such as ``<think>x</think><answer>`` repeated:
+# 0.26 s at 1,600 tokens, 2.1 s at 3,200, ~500 s (extrapolated) at 20,000 (python -m rankrl.bench_parsers).
+# ``_find_answer`` gives the same group 1 in linear time (microseconds there).
+OFFICIAL_PATTERN = r"<think>.*?</think>\s*<answer>(.*?)</answer>"  # prompts [setwise_r1] pattern
+OFFICIAL_PLAIN_PATTERN = "<answer>(.*?)</answer>"  # prompts [setwise] pattern
+if (PROMPTS[True]["pattern"], PROMPTS[False]["pattern"]) != (OFFICIAL_PATTERN, OFFICIAL_PLAIN_PATTERN):
+    raise RuntimeError("the patterns in prompts/rankr1.toml changed: _find_answer implements exactly "
+                       f"{OFFICIAL_PATTERN!r} and {OFFICIAL_PLAIN_PATTERN!r}; update it with them")
+_WHITESPACE = re.compile(r"\s*")  # greedy run of exactly what \s matches; a single pass, no backtracking
+
+
+def _find_answer(text: str, think: bool) -> str | None:
+    """Group 1 of ``re.search(OFFICIAL_PATTERN or OFFICIAL_PLAIN_PATTERN, text, re.DOTALL)``, linear time.
+
+    Why this equals the regex: any match can be moved to start at the first ``<think>`` (the lazy ``.*?``
+    reaches every later ``</think>`` from there too), so re.search, leftmost first, always starts there.
+    From it the regex tries each ``</think>`` in order; ``\\s*`` is greedy and ``<`` is no whitespace, so a
+    ``</think>`` fits only if ``<answer>`` follows its whole whitespace run ("good"). The answer then ends at
+    the first ``</answer>`` after that ``<answer>``; when there is none, no later good ``</think>`` has one
+    either, so there is no match at all. The whitespace runs after distinct ``</think>`` tags are disjoint,
+    so every character is looked at a bounded number of times. The plain pattern is the same without the
+    think part.
+    """
+    if think:
+        start = text.find("<think>")
+        if start < 0:
+            return None
+        pos = start + len("<think>")
+        while True:
+            close = text.find("</think>", pos)
+            if close < 0:
+                return None
+            after = _WHITESPACE.match(text, close + len("</think>")).end()
+            if text.startswith("<answer>", after):
+                open_end = after + len("<answer>")
+                break
+            pos = close + 1
+    else:
+        open_ = text.find("<answer>")
+        if open_ < 0:
+            return None
+        open_end = open_ + len("<answer>")
+    end = text.find("</answer>", open_end)
+    return text[open_end:end] if end >= 0 else None
+
 
 def _answer_span(text: str, reasoning: bool, lower: bool) -> str | None:
     """Group 1 of the first match of the official pattern, stripped; ``None`` when nothing matches."""
     if not isinstance(text, str):
         return None
-    match = re.search(PROMPTS[reasoning]["pattern"], text.lower() if lower else text, re.DOTALL)
-    return match.group(1).strip() if match else None
+    text = text.lower() if lower else text
+    span = _find_answer(text, think=reasoning)
+    return span.strip() if span is not None else None
 
 
 def parse_answer(text: str, num_candidates: int, reasoning: bool = True) -> int | None:
@@ -85,7 +132,8 @@ def rank_r1_reward(completion: str, gold_index: int, reasoning: bool = True) -> 
     """1.0 if the format matches and the answer is the gold label, else 0.0. Never raises.
 
     Exactly ``reward_func_setwise`` (Rank-R1/train_grpo.py): case-sensitive ``re.search`` with DOTALL of
-    ``<think>.*?</think>\\s*<answer>(.*?)</answer>``, then ``"[gold]" == answer.strip()``.
+    ``<think>.*?</think>\\s*<answer>(.*?)</answer>``, then ``"[gold]" == answer.strip()``; the search is
+    done by a linear-time scan with the regex's exact result (``_find_answer``).
     """
     return float(_answer_span(completion, reasoning, lower=False) == f"[{gold_index + 1}]")
 
@@ -339,7 +387,7 @@ def setwise_training_examples(
 
 
 @dataclass
-class RankR1Task:
+class RankR1Task(TaskBase):
     """Rank-R1 training prompts, reward, and Setwise heap-sort evaluation; Hydra builds it by ``_target_``.
 
     Args:
@@ -355,6 +403,8 @@ class RankR1Task:
         shuffle_candidates: show each comparison's candidates in a seeded random order (official code).
         seed: training-data and presentation-order seed.
     """
+
+    name = "rankr1"
 
     train_benchmark: str | Benchmark = "dl20"
     eval_benchmark: str | Benchmark = "dl19"
@@ -425,7 +475,7 @@ class RankR1Task:
         }
         return Scores(rewards, ok, {"correct": correct}, metrics)
 
-    def evaluate(self, generate: Generator, split: str, limit: int | None = None) -> dict[str, Any]:
+    def evaluate(self, generators: Mapping[str, Generator], split: str, limit: int | None = None) -> dict[str, Any]:
         """Rerank each query's BM25 top ``rerank_depth`` by Setwise heap sort; nDCG@10 with trec_eval rules.
 
         All queries advance together, so one ``generate`` call carries a heap step of every query.
@@ -440,7 +490,7 @@ class RankR1Task:
         for q, first in zip(queries, firsts):
             docs = [Document(d, self._passage(bench, d)) for d in first[: self.rerank_depth]]
             jobs.append((truncate(q.text, self.tokenizer, self.query_max_tokens), docs))
-        judge = llm_judge(generate, self.reasoning, self.shuffle_candidates, self.seed)
+        judge = llm_judge(generators[self.role], self.reasoning, self.shuffle_candidates, self.seed)
         rankings, costs, calls = rerank_setwise(jobs, judge, self.num_child, self.k)
         run: Run = {}
         for q, first, ranked in zip(queries, firsts, rankings):

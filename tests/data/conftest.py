@@ -1,24 +1,13 @@
-"""Fixtures of the data tests: the shared real-data copy, and writers of small files in real formats."""
+"""Writers of small files in real formats for the data tests.
+
+The real data comes from the ``data_dir`` fixture (tests/conftest.py): the folder `make data` prepared.
+"""
 
 from __future__ import annotations
 
 import gzip
 import json
-import os
 from pathlib import Path
-
-import pytest
-
-SHARED_DEFAULT = Path(__file__).resolve().parents[3] / "shared" / "data"
-
-
-@pytest.fixture(scope="session")
-def shared_data() -> Path:
-    """The read-only shared data copy (``RANKRL_SHARED_DATA`` overrides ``../shared/data``)."""
-    path = Path(os.environ.get("RANKRL_SHARED_DATA", SHARED_DEFAULT))
-    if not (path / "trec_dl").is_dir():
-        pytest.skip(f"no shared data copy at {path} (set RANKRL_SHARED_DATA)")
-    return path
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:

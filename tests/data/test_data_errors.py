@@ -30,9 +30,9 @@ def test_unknown_benchmark_lists_the_valid_names(tmp_path):
     assert all(name in str(err.value) for name in ("dl19", "bright-pony", "wands", "xm3600"))
 
 
-def test_unknown_option_lists_the_valid_ones(shared_data):
+def test_unknown_option_lists_the_valid_ones(data_dir):
     with pytest.raises(TypeError, match="max_history"):
-        load_benchmark("movielens-100k", shared_data, history=3)
+        load_benchmark("movielens-100k", data_dir, history=3)
 
 
 def test_loader_options_are_documented():
@@ -43,8 +43,8 @@ def test_loader_options_are_documented():
 
 
 @pytest.fixture
-def dl19_copy(tmp_path, shared_data):
-    shutil.copytree(shared_data / "trec_dl", tmp_path / "trec_dl")
+def dl19_copy(tmp_path, data_dir):
+    shutil.copytree(data_dir / "trec_dl", tmp_path / "trec_dl")
     return tmp_path
 
 
@@ -66,28 +66,28 @@ def test_malformed_trec_files_name_the_file_and_the_problem(dl19_copy, file, con
     assert isinstance(err.value, ValueError)
 
 
-def test_truncated_gzip_is_malformed(tmp_path, shared_data):
+def test_truncated_gzip_is_malformed(tmp_path, data_dir):
     bright = tmp_path / "bright"
     bright.mkdir()
-    shutil.copy(shared_data / "bright" / "qrels.bright-pony.txt", bright)
-    data = (shared_data / "bright" / "topics.bright-pony-original.jsonl.gz").read_bytes()
+    shutil.copy(data_dir / "bright" / "qrels.bright-pony.txt", bright)
+    data = (data_dir / "bright" / "topics.bright-pony-original.jsonl.gz").read_bytes()
     (bright / "topics.bright-pony-original.jsonl.gz").write_bytes(data[: len(data) // 2])
     with pytest.raises(MalformedDataError, match="topics.bright-pony-original.jsonl.gz"):
         load_benchmark("bright-pony", tmp_path)
 
 
-def test_bad_jsonl_line_is_reported_with_its_number(tmp_path, shared_data):
+def test_bad_jsonl_line_is_reported_with_its_number(tmp_path, data_dir):
     bright = tmp_path / "bright"
     bright.mkdir()
-    shutil.copy(shared_data / "bright" / "qrels.bright-pony.txt", bright)
+    shutil.copy(data_dir / "bright" / "qrels.bright-pony.txt", bright)
     with gzip.open(bright / "topics.bright-pony-original.jsonl.gz", "wt") as f:
         f.write(json.dumps({"id": "0", "query": "q", "gold_ids": []}) + "\n{not json\n")
     with pytest.raises(MalformedDataError, match="line 2"):
         load_benchmark("bright-pony", tmp_path)
 
 
-def test_question_without_paragraphs_is_malformed(tmp_path, shared_data):
-    rows = json.loads((shared_data / "musique" / "musique_train.json").read_text())[:3]
+def test_question_without_paragraphs_is_malformed(tmp_path, data_dir):
+    rows = json.loads((data_dir / "musique" / "musique_train.json").read_text())[:3]
     del rows[1]["paragraphs"]
     write_text(tmp_path / "musique" / "musique_train.json", json.dumps(rows))
     with pytest.raises(MalformedDataError, match=f"question '{rows[1]['id']}'.*missing field: 'paragraphs'"):

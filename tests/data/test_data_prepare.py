@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import base64
-import os
+import shutil
 import stat
+import subprocess
+import sys
 import tarfile
 import zipfile
 from pathlib import Path
@@ -14,6 +16,38 @@ import pytest
 import rankrl.data.prepare as prep
 from rankrl.data import BENCHMARKS, load_benchmark
 from rankrl.data.sources import SOURCES, Remote, Source, export_base64_images
+from tests.conftest import require_data
+
+# What ../shared/data (the copy on the build machines) lacks of the default sources: see its README.md.
+SHARED_COPY_LACKS = {"wands": {"product.csv", "label.csv"}}
+
+
+def _shared_copy_files() -> list[str]:
+    """The files of ../shared/data that `make data` copies: the default sources' required files."""
+    return [
+        f"{s.folder}/{r.name}"
+        for s in SOURCES
+        if s.default
+        for r in s.remotes
+        if not r.optional and r.name not in SHARED_COPY_LACKS.get(s.folder, ())
+    ]
+
+
+@pytest.fixture(scope="module")
+def shared_copy(tmp_path_factory) -> Path:
+    """A read-only folder laid out as ../shared/data, rebuilt from the folder `make data` prepared.
+
+    ../shared/data exists only on the build machines, but `make data` leaves its files (copied, else
+    downloaded under the same names) in the data folder everywhere, so these tests run on every machine.
+    """
+    data_dir = require_data(*_shared_copy_files())
+    root = tmp_path_factory.mktemp("shared") / "data"
+    for name in _shared_copy_files():
+        dest = root / name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(data_dir / name, dest)
+        dest.chmod(0o444)  # as on the build machines, where the shared copy is read-only
+    return root
 
 
 def _no_network(url: str, dest: Path) -> None:
@@ -36,32 +70,32 @@ def offline(monkeypatch):
     return attempted
 
 
-def test_copies_the_shared_folders_and_is_idempotent(tmp_path, shared_data, offline):
-    lines = prep.prepare(tmp_path, shared_data, ["dl19", "musique"], fetch=_no_network)
+def test_copies_the_shared_folders_and_is_idempotent(tmp_path, shared_copy, offline):
+    lines = prep.prepare(tmp_path, shared_copy, ["dl19", "musique"], fetch=_no_network)
     assert lines == [
-        f"trec_dl: copied 8 files from {shared_data / 'trec_dl'}",
-        f"musique: copied 2 files from {shared_data / 'musique'}",
+        f"trec_dl: copied 8 files from {shared_copy / 'trec_dl'}",
+        f"musique: copied 2 files from {shared_copy / 'musique'}",
     ]
     for name in ("trec_dl/qrels.dl19-passage.txt", "musique/musique_train.json"):
-        copy, original = tmp_path / name, shared_data / name
+        copy, original = tmp_path / name, shared_copy / name
         assert copy.read_bytes() == original.read_bytes()
         assert not copy.is_symlink() and copy.stat().st_mode & stat.S_IWUSR  # a real, writable copy
     assert len(load_benchmark("dl19", tmp_path).queries) == 43
-    again = prep.prepare(tmp_path, shared_data, ["dl19", "musique"], fetch=_no_network)
+    again = prep.prepare(tmp_path, shared_copy, ["dl19", "musique"], fetch=_no_network)
     assert again == ["trec_dl: skipped 8 files already copied", "musique: skipped 2 files already copied"]
     assert offline == []
 
 
-def test_a_file_of_the_wrong_size_is_copied_again(tmp_path, shared_data):
-    prep.prepare(tmp_path, shared_data, ["hotpotqa"], fetch=_no_network)
+def test_a_file_of_the_wrong_size_is_copied_again(tmp_path, shared_copy):
+    prep.prepare(tmp_path, shared_copy, ["hotpotqa"], fetch=_no_network)
     (tmp_path / "hotpotqa" / "hotpotqa_train.json").write_text("[]")
-    (line,) = prep.prepare(tmp_path, shared_data, ["hotpotqa"], fetch=_no_network)
+    (line,) = prep.prepare(tmp_path, shared_copy, ["hotpotqa"], fetch=_no_network)
     assert line.startswith("hotpotqa: copied 1 files")
     assert len(load_benchmark("hotpotqa", tmp_path).queries) == 100
 
 
-def test_default_run_copies_and_reports_what_the_shared_copy_lacks(tmp_path, shared_data, capsys):
-    lines = prep.prepare(tmp_path, shared_data, fetch=_no_network)
+def test_default_run_copies_and_reports_what_the_shared_copy_lacks(tmp_path, shared_copy, capsys):
+    lines = prep.prepare(tmp_path, shared_copy, fetch=_no_network)
     assert [line.split(":")[0] for line in lines] == [s.name for s in SOURCES if s.default]
     wands = next(line for line in lines if line.startswith("wands"))
     assert "not in the shared copy: product.csv, label.csv" in wands and "--only wands" in wands
@@ -143,8 +177,8 @@ def test_unknown_only_name_lists_the_valid_ones(tmp_path):
         prep.prepare(tmp_path, None, ["dl2019"])
 
 
-def test_main_command_line(tmp_path, shared_data, capsys, offline):
-    args = ["--data-dir", str(tmp_path), "--shared-dir", str(shared_data), "--only"]
+def test_main_command_line(tmp_path, shared_copy, capsys, offline):
+    args = ["--data-dir", str(tmp_path), "--shared-dir", str(shared_copy), "--only"]
     assert prep.main([*args, "lastfm-hetrec2011"]) == 0
     assert capsys.readouterr().out.startswith("lastfm-hetrec2011: copied 5 files")
     assert offline == []
@@ -158,24 +192,32 @@ def test_main_command_line(tmp_path, shared_data, capsys, offline):
     assert "unknown data source" in capsys.readouterr().err
 
 
-def test_every_benchmark_has_a_source_and_shared_folders_match(shared_data):
+def test_every_benchmark_has_a_source_and_make_data_filled_the_default_ones(data_dir):
     covered = {b for s in SOURCES for b in s.benchmarks}
     assert set(BENCHMARKS) <= covered
-    shared_folders = {p.name for p in shared_data.iterdir() if p.is_dir()}
-    assert shared_folders == {s.folder for s in SOURCES if s.default}
     for source in SOURCES:  # every pinned origin is an https URL
         assert all(r.url.startswith("https://") for r in source.remotes), source.name
-    for source in (s for s in SOURCES if s.folder in shared_folders):
-        shared_files = {
-            str(p.relative_to(shared_data / source.folder)) for p in (shared_data / source.folder).rglob("*")
-        }
-        if source.default:  # what a download fetches has the shared copy's file names
-            required = {r.name for r in source.remotes if not r.optional}
-            assert required <= shared_files | {"product.csv", "label.csv"}, source.name
+    # A plain `make data` (the shared copy where there is one, else downloads) left every required file.
+    missing = [name for name in _shared_copy_files() if not (data_dir / name).is_file()]
+    assert missing == [], f"run `make data`: {missing}"
 
 
-def test_python_dash_m_entry_point_exists():
-    assert os.path.isfile(prep.__file__) and callable(prep.main)
+def test_python_dash_m_copies_and_reports_through_its_exit_status(tmp_path, shared_copy):
+    def run(*args: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "rankrl.data.prepare", "--data-dir", str(tmp_path / "data"), *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+    done = run("--shared-dir", str(shared_copy), "--only", "dl19")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"trec_dl: copied 8 files from {shared_copy / 'trec_dl'}\n"
+    copied = sorted(p.name for p in (tmp_path / "data" / "trec_dl").iterdir())
+    assert copied == sorted(p.name for p in (shared_copy / "trec_dl").iterdir()) and len(copied) == 8
+    assert (tmp_path / "data" / "trec_dl" / "qrels.dl19-passage.txt").read_bytes() == (
+        shared_copy / "trec_dl" / "qrels.dl19-passage.txt"
+    ).read_bytes()
+    failed = run("--shared-dir", "none", "--only", "nonsense")
+    assert failed.returncode == 1 and failed.stdout == ""
+    assert failed.stderr.startswith("error: unknown data source or benchmark ['nonsense']")
 
 
 def test_tar_archives_unpack_into_a_subfolder_and_by_member(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -15,11 +16,11 @@ from .conftest import write_jsonl, write_text
 
 
 @pytest.fixture(scope="module")
-def coco_cn(shared_data):
-    return load_benchmark("coco-cn", shared_data)
+def coco_cn(data_dir):
+    return load_benchmark("coco-cn", data_dir)
 
 
-def test_coco_cn_captions_and_splits(coco_cn, shared_data):
+def test_coco_cn_captions_and_splits(coco_cn, data_dir):
     assert len(coco_cn.queries) == 22218 and len(coco_cn.corpus) == 20341
     gallery = {s: len(split_corpus(coco_cn, s)) for s in ("train", "dev", "test")}
     assert gallery == {"train": 18341, "dev": 1000, "test": 1000}
@@ -33,11 +34,15 @@ def test_coco_cn_captions_and_splits(coco_cn, shared_data):
         assert all(
             coco_cn.corpus[coco_cn.queries[q].extra["image_id"]].extra["split"] == split for q in qids[:500]
         )
-    assert not any((shared_data / "coco-cn" / name).exists() for name in ("coco-cn-version1805", "images"))
 
 
-def test_coco_cn_manual_translations_cover_the_test_split(shared_data):
-    bench = load_benchmark("coco-cn", shared_data, captions="translated", image_root="/imgs")
+def test_coco_cn_manual_translations_cover_the_test_split(tmp_path, data_dir):
+    folder = tmp_path / "coco-cn"  # the archive alone, as `make data` leaves it (images are never here)
+    folder.mkdir()
+    shutil.copy(data_dir / "coco-cn" / "coco-cn-version1805.tar.gz", folder)
+    bench = load_benchmark("coco-cn", tmp_path, captions="translated", image_root="/imgs")
+    # the archive is read in place: nothing is unpacked next to it
+    assert [p.name for p in folder.iterdir()] == ["coco-cn-version1805.tar.gz"]
     assert len(bench.queries) == 5000 and list(bench.splits) == ["test"]
     first = bench.queries["COCO_train2014_000000503310#zhm#3"]
     assert first.text == "机舱内有蓝色和黑色相间的条纹座椅。"
@@ -45,11 +50,11 @@ def test_coco_cn_manual_translations_cover_the_test_split(shared_data):
         Path("/imgs/train2014/COCO_train2014_000000503310.jpg")
     )
     with pytest.raises(ValueError, match="human"):
-        load_benchmark("coco-cn", shared_data, captions="english")
+        load_benchmark("coco-cn", data_dir, captions="english")
 
 
-def test_cirr_val_and_test1(shared_data):
-    bench = load_benchmark("cirr", shared_data)
+def test_cirr_val_and_test1(data_dir):
+    bench = load_benchmark("cirr", data_dir)
     assert {s: len(q) for s, q in bench.splits.items()} == {"dev": 4181, "test": 4148}
     assert len(split_corpus(bench, "dev")) == 2297 and len(split_corpus(bench, "test")) == 2315
     assert set(bench.qrels) == set(bench.splits["dev"])  # test1 targets are not public
@@ -63,7 +68,7 @@ def test_cirr_val_and_test1(shared_data):
         assert bench.corpus[target].extra["split"] == "dev"
         assert bench.corpus[bench.queries[qid].extra["reference_image"]].extra["split"] == "dev"
     with pytest.raises(ValueError, match="valid"):
-        load_benchmark("cirr", shared_data, splits=["val"])
+        load_benchmark("cirr", data_dir, splits=["val"])
 
 
 def test_flickr30k_cn_chinese_clip_layout(tmp_path):

@@ -62,9 +62,9 @@ def _write_wands(folder, query_csv, labels):
     )
 
 
-def test_wands_grades_and_430_50_split(tmp_path, shared_data):
+def test_wands_grades_and_430_50_split(tmp_path, data_dir):
     labels = [("0", "2", "Exact"), ("0", "0", "Irrelevant"), ("0", "1", "Partial"), ("25", "0", "Exact")]
-    _write_wands(tmp_path / "wands", shared_data / "wands" / "query.csv", labels)
+    _write_wands(tmp_path / "wands", data_dir / "wands" / "query.csv", labels)
     bench = load_benchmark("wands", tmp_path)
     assert len(bench.queries) == 480 and len(bench.corpus) == 3
     assert (
@@ -83,21 +83,23 @@ def test_wands_grades_and_430_50_split(tmp_path, shared_data):
     assert bench.corpus["1"].text == "" and bench.corpus["1"].extra["rating_count"] == ""
 
 
-def test_wands_unknown_label_is_malformed(tmp_path, shared_data):
-    _write_wands(tmp_path / "wands", shared_data / "wands" / "query.csv", [("0", "2", "Perfect")])
+def test_wands_unknown_label_is_malformed(tmp_path, data_dir):
+    _write_wands(tmp_path / "wands", data_dir / "wands" / "query.csv", [("0", "2", "Perfect")])
     with pytest.raises(MalformedDataError, match="label.csv.*'Perfect'"):
         load_benchmark("wands", tmp_path)
 
 
-def test_wands_without_products_says_where_they_come_from(tmp_path, shared_data):
-    shutil.copytree(shared_data / "wands", tmp_path / "wands")
+def test_wands_without_products_says_where_they_come_from(tmp_path, data_dir):
+    # query.csv alone, as `make data` leaves it where only the shared copy is reachable
+    (tmp_path / "wands").mkdir()
+    shutil.copy(data_dir / "wands" / "query.csv", tmp_path / "wands")
     with pytest.raises(MissingDataError, match="product.csv") as err:
         load_benchmark("wands", tmp_path)
     assert "--only wands" in str(err.value) and "wayfair/WANDS" in str(err.value)
 
 
-def test_wands_missing_column_is_malformed(tmp_path, shared_data):
-    _write_wands(tmp_path / "wands", shared_data / "wands" / "query.csv", [])
+def test_wands_missing_column_is_malformed(tmp_path, data_dir):
+    _write_wands(tmp_path / "wands", data_dir / "wands" / "query.csv", [])
     write_text(tmp_path / "wands" / "product.csv", "product_id\tproduct_name\n0\tbed\n")
     with pytest.raises(MalformedDataError, match="product_class"):
         load_benchmark("wands", tmp_path)

@@ -15,11 +15,11 @@ def _check_splits(bench, sizes):
     assert sorted(every) == sorted(bench.queries)  # disjoint and complete
 
 
-def test_musique_has_20_candidates_and_2_to_4_gold(shared_data):
-    bench = load_benchmark("musique", shared_data)
+def test_musique_has_20_candidates_and_2_to_4_gold(data_dir):
+    bench = load_benchmark("musique", data_dir)
     assert len(bench.queries) == 100
     _check_splits(bench, {"train": 80, "dev": 10, "test": 10})
-    raw = {r["id"]: r for r in json.loads((shared_data / "musique" / "musique_train.json").read_text())}
+    raw = {r["id"]: r for r in json.loads((data_dir / "musique" / "musique_train.json").read_text())}
     for query in bench.queries.values():
         candidates = query.extra["candidates"]
         assert len(candidates) == len(set(candidates)) == 20
@@ -30,26 +30,26 @@ def test_musique_has_20_candidates_and_2_to_4_gold(shared_data):
         assert query.extra["answer"] == raw[query.qid]["answer"]
 
 
-def test_musique_split_and_subsample_are_seeded(shared_data):
-    a, b = load_benchmark("musique", shared_data), load_benchmark("musique", shared_data)
+def test_musique_split_and_subsample_are_seeded(data_dir):
+    a, b = load_benchmark("musique", data_dir), load_benchmark("musique", data_dir)
     assert a.splits == b.splits
-    assert load_benchmark("musique", shared_data, seed=1).splits != a.splits
-    small = load_benchmark("musique", shared_data, max_questions=30, fractions={"train": 0.5, "test": 0.5})
+    assert load_benchmark("musique", data_dir, seed=1).splits != a.splits
+    small = load_benchmark("musique", data_dir, max_questions=30, fractions={"train": 0.5, "test": 0.5})
     _check_splits(small, {"train": 15, "test": 15})
     assert (
         small.splits
         == load_benchmark(
-            "musique", shared_data, max_questions=30, fractions={"train": 0.5, "test": 0.5}
+            "musique", data_dir, max_questions=30, fractions={"train": 0.5, "test": 0.5}
         ).splits
     )
     assert {d for q in small.queries.values() for d in q.extra["candidates"]} == set(small.corpus)
 
 
-def test_hotpotqa_pads_to_20_with_other_passages(shared_data):
-    bench = load_benchmark("hotpotqa", shared_data)
+def test_hotpotqa_pads_to_20_with_other_passages(data_dir):
+    bench = load_benchmark("hotpotqa", data_dir)
     assert len(bench.queries) == 100
     _check_splits(bench, {"train": 80, "dev": 10, "test": 10})
-    raw = {r["_id"]: r for r in json.loads((shared_data / "hotpotqa" / "hotpotqa_train.json").read_text())}
+    raw = {r["_id"]: r for r in json.loads((data_dir / "hotpotqa" / "hotpotqa_train.json").read_text())}
     gold_positions = set()
     for query in bench.queries.values():
         candidates = query.extra["candidates"]
@@ -62,10 +62,10 @@ def test_hotpotqa_pads_to_20_with_other_passages(shared_data):
     assert max(gold_positions) >= 10  # shuffled: gold is not confined to the first 10 slots
 
 
-def test_hotpotqa_padding_is_seeded(shared_data):
-    a = load_benchmark("hotpotqa", shared_data)
-    b = load_benchmark("hotpotqa", shared_data)
-    c = load_benchmark("hotpotqa", shared_data, seed=3)
+def test_hotpotqa_padding_is_seeded(data_dir):
+    a = load_benchmark("hotpotqa", data_dir)
+    b = load_benchmark("hotpotqa", data_dir)
+    c = load_benchmark("hotpotqa", data_dir, seed=3)
     assert [q.extra["candidates"] for q in a.queries.values()] == [
         q.extra["candidates"] for q in b.queries.values()
     ]
@@ -74,8 +74,8 @@ def test_hotpotqa_padding_is_seeded(shared_data):
     ]
 
 
-def test_musique_reads_the_official_jsonl(tmp_path, shared_data):
-    rows = json.loads((shared_data / "musique" / "musique_train.json").read_text())[:12]
+def test_musique_reads_the_official_jsonl(tmp_path, data_dir):
+    rows = json.loads((data_dir / "musique" / "musique_train.json").read_text())[:12]
     folder = tmp_path / "musique"
     folder.mkdir()
     (folder / "musique_ans_v1.0_train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -85,6 +85,6 @@ def test_musique_reads_the_official_jsonl(tmp_path, shared_data):
 
 
 @pytest.mark.parametrize("fractions", [{"train": 0.9, "test": 0.2}, {"train": -0.1, "test": 0.5}])
-def test_bad_split_fractions_are_rejected(shared_data, fractions):
+def test_bad_split_fractions_are_rejected(data_dir, fractions):
     with pytest.raises(ValueError, match="fractions"):
-        load_benchmark("musique", shared_data, fractions=fractions)
+        load_benchmark("musique", data_dir, fractions=fractions)

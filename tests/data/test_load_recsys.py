@@ -11,9 +11,9 @@ from rankrl.data import load_benchmark
 from .conftest import write_text
 
 
-def _ratings(shared_data):
+def _ratings(data_dir):
     rows = [
-        line.split("|") for line in (shared_data / "movielens-100k" / "u.data").read_text().splitlines()[1:]
+        line.split("|") for line in (data_dir / "movielens-100k" / "u.data").read_text().splitlines()[1:]
     ]
     by_user = defaultdict(list)
     for user, item, _, ts in rows:
@@ -22,15 +22,15 @@ def _ratings(shared_data):
 
 
 @pytest.fixture(scope="module")
-def movielens(shared_data):
-    return load_benchmark("movielens-100k", shared_data)
+def movielens(data_dir):
+    return load_benchmark("movielens-100k", data_dir)
 
 
-def test_movielens_leave_one_out_in_time_order(shared_data, movielens):
+def test_movielens_leave_one_out_in_time_order(data_dir, movielens):
     bench = movielens
     assert len(bench.corpus) == 1682
     assert {name: len(q) for name, q in bench.splits.items()} == {"train": 943, "dev": 943, "test": 943}
-    by_user = _ratings(shared_data)
+    by_user = _ratings(data_dir)
     for qid in bench.splits["test"][:200]:
         query = bench.queries[qid]
         events = sorted(by_user[query.extra["user"]])
@@ -48,20 +48,21 @@ def test_movielens_leave_one_out_in_time_order(shared_data, movielens):
     assert "Comedy" in toy_story.text
 
 
-def test_movielens_dev_and_train_step_back_one_item(shared_data):
-    bench = load_benchmark("movielens-100k", shared_data, max_history=5)
+def test_movielens_dev_and_train_step_back_one_item(data_dir):
+    bench = load_benchmark("movielens-100k", data_dir, max_history=5)
     test, dev, train = (bench.queries[f"1-{s}"] for s in ("test", "dev", "train"))
     assert dev.extra["history"] == train.extra["history"][1:] + [next(iter(bench.qrels["1-train"]))]
     assert test.extra["history"] == dev.extra["history"][1:] + [next(iter(bench.qrels["1-dev"]))]
     assert len(test.extra["history"]) == 5
 
 
-def test_movielens_grouplens_layout_gives_the_same_benchmark(tmp_path, shared_data, movielens):
+def test_movielens_grouplens_layout_gives_the_same_benchmark(tmp_path, data_dir, movielens):
     """The GroupLens release: tab-separated u.data, Latin-1 u.item, no header lines."""
-    src = shared_data / "movielens-100k"
+    src = data_dir / "movielens-100k"
     data = [line.split("|") for line in (src / "u.data").read_text().splitlines()[1:]]
     write_text(tmp_path / "movielens-100k" / "u.data", "".join("\t".join(r) + "\n" for r in data))
-    # The shared copy went through a lossy re-encoding (U+FFFD) that Latin-1 cannot hold.
+    # The rat-nick/recsys copy `make data` fetches went through a lossy re-encoding (U+FFFD) that
+    # Latin-1 cannot hold.
     items = (src / "u.item").read_text().replace("\ufffd", "?").splitlines()[1:]
     items[0] = items[0].replace("Toy Story", "Toy Störy")
     write_text(tmp_path / "movielens-100k" / "u.item", "\n".join(items) + "\n", encoding="latin-1")
@@ -71,12 +72,12 @@ def test_movielens_grouplens_layout_gives_the_same_benchmark(tmp_path, shared_da
     assert [q.extra for q in ours.queries.values()] == [q.extra for q in shared.queries.values()]
 
 
-def test_lastfm_orders_by_play_count(shared_data):
-    bench = load_benchmark("lastfm", shared_data)
+def test_lastfm_orders_by_play_count(data_dir):
+    bench = load_benchmark("lastfm", data_dir)
     assert len(bench.corpus) == 17632
     assert {name: len(q) for name, q in bench.splits.items()} == {"train": 1882, "dev": 1882, "test": 1882}
     plays = defaultdict(dict)
-    for line in (shared_data / "lastfm-hetrec2011" / "user_artists.dat").read_text().splitlines()[1:]:
+    for line in (data_dir / "lastfm-hetrec2011" / "user_artists.dat").read_text().splitlines()[1:]:
         user, artist, weight = line.split("\t")
         plays[user][artist] = int(weight)
     for qid in bench.splits["test"][:200]:

@@ -32,8 +32,8 @@ BRIGHT_QUERIES = {
 
 
 @pytest.mark.parametrize(("name", "n_queries", "ndcg"), [("dl19", 43, 0.5058), ("dl20", 54, 0.4796)])
-def test_trec_dl_reproduces_published_bm25(shared_data, name, n_queries, ndcg):
-    bench = load_benchmark(name, shared_data)
+def test_trec_dl_reproduces_published_bm25(data_dir, name, n_queries, ndcg):
+    bench = load_benchmark(name, data_dir)
     assert len(bench.split("test")) == n_queries == len(bench.qrels)
     assert bench.relevance_level == 2
     run = bench.runs["bm25"]
@@ -47,22 +47,22 @@ def test_trec_dl_reproduces_published_bm25(shared_data, name, n_queries, ndcg):
     )
 
 
-def test_dl20_keeps_only_judged_topics(shared_data):
-    topics = (shared_data / "trec_dl" / "topics.dl20.txt").read_text().splitlines()
-    bench = load_benchmark("dl20", shared_data)
+def test_dl20_keeps_only_judged_topics(data_dir):
+    topics = (data_dir / "trec_dl" / "topics.dl20.txt").read_text().splitlines()
+    bench = load_benchmark("dl20", data_dir)
     assert len(topics) == 200
     assert set(bench.queries) < {line.split("\t")[0] for line in topics}
     assert bench.queries["1030303"].text == "who is aziz hashim"
 
 
-def test_dl_corpora_hold_the_published_passage_count(shared_data):
-    union = set(load_benchmark("dl19", shared_data).corpus) | set(load_benchmark("dl20", shared_data).corpus)
+def test_dl_corpora_hold_the_published_passage_count(data_dir):
+    union = set(load_benchmark("dl19", data_dir).corpus) | set(load_benchmark("dl20", data_dir).corpus)
     assert len(union) == 9658
 
 
 @pytest.mark.parametrize("task", BRIGHT_TASKS)
-def test_bright_topics_and_qrels(shared_data, task):
-    bench = load_benchmark(f"bright-{task}", shared_data)
+def test_bright_topics_and_qrels(data_dir, task):
+    bench = load_benchmark(f"bright-{task}", data_dir)
     assert len(bench.split("test")) == BRIGHT_QUERIES[task]
     for query in bench.queries.values():
         assert set(query.extra["gold_ids"]) == set(bench.qrels[query.qid])
@@ -72,8 +72,12 @@ def test_bright_topics_and_qrels(shared_data, task):
         assert all(q.extra["excluded_ids"] for q in bench.queries.values())
 
 
-def test_bright_without_documents_fails_when_the_corpus_is_used(shared_data):
-    bench = load_benchmark("bright-biology", shared_data)
+def test_bright_without_documents_fails_when_the_corpus_is_used(tmp_path, data_dir):
+    bright = tmp_path / "bright"  # topics and qrels only, as a plain `make data` leaves them
+    bright.mkdir()
+    for name in ("topics.bright-biology-original.jsonl.gz", "qrels.bright-biology.txt"):
+        shutil.copy(data_dir / "bright" / name, bright / name)
+    bench = load_benchmark("bright-biology", tmp_path)
     assert len(bench.corpus) == 0 and not bench.corpus
     with pytest.raises(MissingDataError, match="biology-00000-of-00001.parquet") as err:
         list(bench.corpus.values())
@@ -85,11 +89,11 @@ def test_bright_without_documents_fails_when_the_corpus_is_used(shared_data):
     assert str(again.value) == str(err.value)
 
 
-def test_bright_loads_documents_parquet(tmp_path, shared_data):
+def test_bright_loads_documents_parquet(tmp_path, data_dir):
     bright = tmp_path / "bright"
     bright.mkdir()
     for name in ("topics.bright-pony-original.jsonl.gz", "qrels.bright-pony.txt"):
-        shutil.copy(shared_data / "bright" / name, bright / name)
+        shutil.copy(data_dir / "bright" / name, bright / name)
     gold = sorted(
         {line.split("\t")[2] for line in (bright / "qrels.bright-pony.txt").read_text().splitlines()}
     )
@@ -144,9 +148,9 @@ def test_msmarco_train_missing_file_names_the_command(tmp_path):
     assert "--only msmarco-train" in str(err.value)
 
 
-def test_dl_topics_with_quotes_are_read_verbatim(tmp_path, shared_data):
+def test_dl_topics_with_quotes_are_read_verbatim(tmp_path, data_dir):
     folder = tmp_path / "trec_dl"
-    shutil.copytree(shared_data / "trec_dl", folder)
+    shutil.copytree(data_dir / "trec_dl", folder)
     lines = (folder / "topics.dl19-passage.txt").read_text().splitlines()
     qid = lines[0].split("\t")[0]
     write_text(folder / "topics.dl19-passage.txt", "\n".join([f'{qid}\t"quoted" query', *lines[1:]]) + "\n")

@@ -9,24 +9,17 @@ from pathlib import Path
 import pytest
 
 from rankrl.data.records import Document
+from tests.conftest import require_data
 
 os.environ.setdefault("OPENAI_API_KEY", "dummy")  # `import pyserini.search` builds an OpenAI client
 
-DL19_RUN = (
-    Path(__file__).resolve().parents[2].parent
-    / "shared"
-    / "data"
-    / "trec_dl"
-    / "bm25_retrieve_results_dl19.json"
-)
+DL19_RUN = "trec_dl/bm25_retrieve_results_dl19.json"  # under the prepared data folder (`make data`)
 
 
 @pytest.fixture(scope="session")
 def dl19_sample() -> tuple[dict[str, str], list[Document], dict[str, set[str]]]:
     """10 DL19 queries, the union of their BM25 top-20 passages (~200), and each query's own pool."""
-    if not DL19_RUN.exists():
-        pytest.skip(f"shared data missing: {DL19_RUN} (the ../shared/data folder beside the repo)")
-    rows = json.loads(DL19_RUN.read_text())[:10]
+    rows = json.loads((require_data(DL19_RUN) / DL19_RUN).read_text())[:10]
     queries, docs, pools = {}, {}, {}
     for row in rows:
         hits = row["hits"][:20]

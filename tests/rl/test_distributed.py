@@ -15,7 +15,7 @@ import torch.multiprocessing as mp
 from rankrl import distributed as ddp
 from rankrl.rl.batch import PolicyBatch
 from rankrl.rl.config import TrainerConfig
-from rankrl.rl.trainer import backward_batch
+from rankrl.rl.steps import backward_batch
 from rankrl.rollout.base import SamplingParams
 
 
@@ -86,9 +86,9 @@ def test_two_gloo_ranks_match_one_process(tmp_path: Path, model_dir: Path, loss_
 
 
 def _train(model_dir: str, run_dir: Path, strategy: str, max_steps: int, resume: bool = False) -> None:
-    from tests.rl.test_trainer import vowels_trainer
+    from tests.rl.test_trainer import vowels_loop
 
-    trainer = vowels_trainer(Path(model_dir), run_dir, max_steps=max_steps, prompts_per_step=4,
+    trainer = vowels_loop(Path(model_dir), run_dir, max_steps=max_steps, prompts_per_step=4,
                              strategy=strategy, resume=resume)
     torch.manual_seed(100 + dist.get_rank())  # each rank samples its own completions, as rankrl.train does
     trainer.train()
@@ -163,8 +163,9 @@ def test_kl_with_full_fine_tuning_gets_a_frozen_reference(model_dir):
     from tests.conftest import compose
 
     base = ["model=tiny", "profile=cpu", f"paths.model_dir={model_dir}"]
-    assert app.build_reference(compose("train", base)) is None  # beta = 0: no reference is loaded
-    ref = app.build_reference(compose("train", [*base, "trainer.beta=0.04"]))
+    reference = lambda cfg: app.build_reference(cfg, cfg.model, None)  # noqa: E731
+    assert reference(compose("train", base)) is None  # beta = 0: no reference is loaded
+    ref = reference(compose("train", [*base, "trainer.beta=0.04"]))
     assert ref is not None and not ref.training and not any(p.requires_grad for p in ref.parameters())
     lora = compose("train", [*base, "trainer.beta=0.04", "model.lora={r: 4, alpha: 8}"])
-    assert app.build_reference(lora) is None  # LoRA: the policy with its adapter off is the reference
+    assert reference(lora) is None  # LoRA: the policy with its adapter off is the reference

@@ -78,15 +78,34 @@ def test_on_policy_ratio_is_one(agg: str) -> None:
     mask = torch.ones(4, 6)
     mask[1, 3:] = 0
     loss, stats = policy_loss(logprobs, None, adv, mask, loss_agg=agg, max_completion_length=6)
-    same, _ = policy_loss(logprobs, logprobs.detach(), adv, mask, loss_agg=agg, max_completion_length=6)
+    same, same_stats = policy_loss(
+        logprobs, logprobs.detach(), adv, mask, loss_agg=agg, max_completion_length=6
+    )
     assert loss.item() == pytest.approx(same.item())
-    assert stats["ratio/mean"].item() == pytest.approx(1.0)
+    # on-policy the ratio is exactly 1: a ratio/max above 1 means the "old" log-probs are not the policy's
+    assert stats["ratio/mean"].item() == pytest.approx(1.0, abs=1e-6)
+    assert stats["ratio/max"].item() == pytest.approx(1.0, abs=1e-6)
+    assert same_stats["ratio/max"].item() == pytest.approx(1.0, abs=1e-6)
     assert stats["clip_frac/region"].item() == 0.0
     # ratio 1: loss = -aggregate(A), gradient = -A / denominator on every response token
     expected = -get_loss_agg(agg)(broadcast_to_tokens(adv, mask), mask, None, 6)
     assert loss.item() == pytest.approx(expected.item())
     loss.backward()
     assert torch.equal(logprobs.grad == 0, (mask == 0) | (adv == 0).unsqueeze(1))
+
+
+def test_off_policy_ratio_statistics_are_over_response_tokens_only() -> None:
+    """Old log-probs from an earlier policy: ratio = exp(logp - old) per token, padding left out."""
+    logprobs = torch.tensor([[-1.0, -2.0, -0.5], [-0.3, -1.1, -4.0]], dtype=torch.float64)
+    old = torch.tensor([[-1.3, -2.0, -0.4], [-0.3, -1.6, -9.0]], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])  # the padding's ratio, exp(5), must not count
+    _, stats = policy_loss(logprobs, old, torch.tensor([1.0, -1.0]), mask)
+    # by hand: exp(0.3), exp(0), exp(-0.1) | exp(0), exp(0.5); the largest is exp(0.5) = 1.6487212707
+    assert stats["ratio/max"].item() == pytest.approx(1.6487212707001282, abs=1e-12)
+    expected_mean = (math.exp(0.3) + 1 + math.exp(-0.1) + 1 + math.exp(0.5)) / 5
+    assert stats["ratio/mean"].item() == pytest.approx(expected_mean, abs=1e-6)  # averaged in float32
+    # A=-1 row: 1.6487 > 1 + eps_high does not clip a negative advantage; nothing is below 1 - eps_low
+    assert stats["clip_frac/region"].item() == pytest.approx(1 / 5)  # row 0: exp(0.3) = 1.35 > 1.2 with A>0
 
 
 @pytest.mark.parametrize("agg", AGGS)

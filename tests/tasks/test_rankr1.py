@@ -6,7 +6,6 @@ TREC DL files are read with ``json`` here (not through rankrl.data), so these te
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import string
@@ -33,32 +32,28 @@ from rankrl.tasks.rankr1 import (
     setwise_training_examples,
     truncate,
 )
+from tests.conftest import require_data
 
 REPO = Path(__file__).resolve().parents[2]
-# the prepared data folder (`make data`), else the shared copy beside the checkout
-TREC_DL = next(
-    (
-        d / "trec_dl"
-        for d in (Path(os.environ.get("RANKRL_DATA_DIR", REPO / "data")), REPO.parent / "shared" / "data")
-        if (d / "trec_dl" / "qrels.dl19-passage.txt").is_file()
-    ),
-    REPO.parent / "shared" / "data" / "trec_dl",
-)
 SMOLLM2 = REPO / ".cache" / "models" / "smollm2-135m"
-needs_dl = pytest.mark.skipif(not TREC_DL.is_dir(), reason=f"shared TREC DL data not at {TREC_DL}")
 
 
 # ----------------------------------------------------------------------------------------------- helpers
 
 
 def load_dl(name: str) -> Benchmark:
-    """A TREC DL benchmark straight from the shared files: judged queries, BM25 top-100 with text, qrels."""
+    """A TREC DL benchmark straight from the prepared files: judged queries, BM25 top-100 with text, qrels.
+
+    The files come from `make data`; a missing one fails the test (tests.conftest.require_data).
+    """
+    qrels_file, run_file = f"trec_dl/qrels.{name}-passage.txt", f"trec_dl/bm25_retrieve_results_{name}.json"
+    data = require_data(qrels_file, run_file)
     qrels: dict[str, dict[str, int]] = {}
-    for line in (TREC_DL / f"qrels.{name}-passage.txt").read_text().splitlines():
+    for line in (data / qrels_file).read_text().splitlines():
         qid, _, docid, grade = line.split()
         qrels.setdefault(qid, {})[docid] = int(grade)
     queries, corpus, run = {}, {}, {}
-    for entry in json.loads((TREC_DL / f"bm25_retrieve_results_{name}.json").read_text()):
+    for entry in json.loads((data / run_file).read_text()):
         qid = str(entry["hits"][0]["qid"])
         queries[qid] = Query(qid, entry["query"])
         run[qid] = {h["docid"]: h["score"] for h in entry["hits"]}  # file order = rank order
@@ -240,7 +235,6 @@ def test_reward_is_not_fooled_by_labels_outside_the_answer():
 # ----------------------------------------------------------------------------------------------- heap sort
 
 
-@needs_dl
 @pytest.mark.parametrize("num_child, k", [(19, 10), (3, 10), (2, 5), (19, 100)])
 def test_oracle_heapsort_gives_the_ideal_top_k(dl19, num_child, k):
     grades = dl19.qrels
@@ -399,7 +393,6 @@ def test_truncate_keeps_the_first_tokens(tokenizer):
 # ------------------------------------------------------------------------------------------ training data
 
 
-@needs_dl
 def test_judged_pool_construction(dl20):
     examples = setwise_training_examples(dl20, "judged_pool", num_candidates=5, seed=1)
     again = setwise_training_examples(dl20, "judged_pool", num_candidates=5, seed=1)
@@ -489,7 +482,6 @@ def oracle_generator(bench: Benchmark, reasoning: bool = True):
     return generate
 
 
-@needs_dl
 @pytest.mark.parametrize("reasoning, depth", [(True, 100), (False, 30)])
 def test_evaluate_with_an_oracle_llm_reaches_the_ideal_ndcg(dl19, dl20, metrics_module, reasoning, depth):
     import ir_measures
@@ -497,7 +489,7 @@ def test_evaluate_with_an_oracle_llm_reaches_the_ideal_ndcg(dl19, dl20, metrics_
     assert len({d.text for d in dl19.corpus.values()}) == len(dl19.corpus)  # the fake LLM keys on text
     task = RankR1Task(dl20, dl19, reasoning=reasoning, rerank_depth=depth)
     generate = oracle_generator(dl19, reasoning)
-    out = task.evaluate(generate, "test")
+    out = task.evaluate({"policy": generate}, "test")
     ideal = {}
     for qid in dl19.splits["test"]:
         first = list(dl19.runs["bm25"][qid])
@@ -517,7 +509,6 @@ def test_evaluate_with_an_oracle_llm_reaches_the_ideal_ndcg(dl19, dl20, metrics_
     assert generate.calls[0] == 43 * (5 if depth == 100 else 1)
 
 
-@needs_dl
 def test_evaluate_truncates_and_limits(dl19, dl20, metrics_module, tokenizer):
     task = RankR1Task(
         dl20,
@@ -535,7 +526,7 @@ def test_evaluate_truncates_and_limits(dl19, dl20, metrics_module, tokenizer):
         seen.extend(prompts)
         return [Generation("<think>?</think><answer>[1]</answer>") for _ in prompts]
 
-    out = task.evaluate(generate, "test", limit=2)
+    out = task.evaluate({"policy": generate}, "test", limit=2)
     assert set(out["run"]) == set(dl19.splits["test"][:2]) and out["cost"]["queries"] == 2
     for p in seen:
         query = re.match(r'Given the query: "(.*)", which', p[1]["content"]).group(1)
@@ -551,12 +542,11 @@ def test_evaluate_drops_excluded_ids(metrics_module):
     bench = Benchmark("bright-x", queries, corpus, {"q": {"d0": 1, "d5": 1}}, {"test": ["q"]}, {"bm25": run})
     train = Benchmark("train-x", {}, {}, {}, {})
     task = RankR1Task(train, bench, num_child=2, k=3, rerank_depth=4)
-    out = task.evaluate(lambda ps: [Generation("nothing") for _ in ps], "test")
+    out = task.evaluate({"policy": lambda ps: [Generation("nothing") for _ in ps]}, "test")
     assert "d0" not in out["run"]["q"] and "d3" not in out["run"]["q"]
     assert len(out["run"]["q"]) == 6 and out["cost"]["parse_failures"] == out["cost"]["comparisons"] > 0
 
 
-@needs_dl
 def test_task_train_examples_and_score(dl19, dl20):
     task = RankR1Task(dl20, dl19, num_candidates=5, seed=0)
     examples = task.train_examples()

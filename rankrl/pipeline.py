@@ -1,0 +1,166 @@
+"""Entry point: run an experiment's pipeline of stages (SFT -> GRPO -> evaluation, or alternating rounds).
+
+python -m rankrl.pipeline experiment=<paper>/<pipeline experiment> [overrides for every stage]
+
+An experiment declares its pipeline as a list; each stage is one run of ``rankrl.train`` or
+``rankrl.evaluate`` in a fixed folder, ``outputs/<experiment>/<scale>-<model>/seed<k>/<stage>/``:
+
+    pipeline:
+      - {name: sft, role: policy, overrides: [trainer=sft, trainer.max_steps=40]}
+      - repeat: 2                       # alternating rounds; stage names get _r1, _r2 ...
+        stages:
+          - {name: query, role: query}
+          - {name: item, role: item}
+      - {name: eval, entry: evaluate}
+
+Stage keys: ``name``; ``entry`` (``train``, the default, or ``evaluate``); ``role`` (the role it trains,
+default ``policy``); ``overrides`` (Hydra overrides of this stage only); ``init_from`` (``none`` to start
+from the base weights instead of the role's latest stage).
+
+Every role starts from the newest earlier stage that trained it, and the frozen roles of a stage serve
+from theirs, so a round always meets the other side's latest weights. A stage whose ``metrics.json``
+exists is skipped; a killed training stage resumes from its last checkpoint when the pipeline is rerun.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+import rankrl.config  # noqa: F401  (resolvers, schemas, offline defaults)
+from rankrl.config import CONFIG_DIR, check_overrides
+from rankrl.errors import ConfigError
+from rankrl.rl.task import DEFAULT_ROLE
+from rankrl.runs import METRICS_FILE
+
+log = logging.getLogger("rankrl.pipeline")
+
+ENTRIES = ("train", "evaluate")
+
+
+@dataclass
+class Stage:
+    """One run of a pipeline, with the stage folders its roles start from (filled by ``plan``)."""
+
+    name: str
+    entry: str = "train"
+    role: str = DEFAULT_ROLE
+    overrides: list[str] = field(default_factory=list)
+    init_from: str | None = None
+    starts: dict[str, str | None] = field(default_factory=dict)  # role -> stage name its weights come from
+
+
+def expand(spec: list[Any]) -> list[Stage]:
+    """The pipeline's stages in order, ``repeat`` blocks unrolled with ``_r<k>`` suffixes."""
+    stages: list[Stage] = []
+    for item in spec:
+        item = dict(item)
+        if "repeat" in item:
+            rounds = int(item["repeat"])
+            if rounds < 1 or not item.get("stages"):
+                raise ConfigError("a pipeline `repeat` block needs repeat >= 1 and a non-empty `stages` list")
+            for k in range(1, rounds + 1):
+                stages += [replace_name(s, f"{s.name}_r{k}") for s in expand(item["stages"])]
+            continue
+        unknown = set(item) - {"name", "entry", "role", "overrides", "init_from"}
+        if unknown or "name" not in item:
+            raise ConfigError(f"pipeline stage {item}: needs `name`; valid keys: name, entry, role, overrides, "
+                              f"init_from{f' (unknown: {sorted(unknown)})' if unknown else ''}")
+        stage = Stage(**{k: v for k, v in item.items()})
+        if stage.entry not in ENTRIES:
+            raise ConfigError(f"pipeline stage {stage.name!r}: entry={stage.entry!r}; valid: {', '.join(ENTRIES)}")
+        stages.append(stage)
+    names = [s.name for s in stages]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"pipeline stage names repeat: {names}")
+    return stages
+
+
+def replace_name(stage: Stage, name: str) -> Stage:
+    return Stage(name, stage.entry, stage.role, list(stage.overrides), stage.init_from)
+
+
+def plan(stages: list[Stage], roles: list[str]) -> list[Stage]:
+    """Fill each stage's ``starts``: for every role, the newest earlier training stage of that role."""
+    latest: dict[str, str | None] = {r: None for r in roles}
+    for stage in stages:
+        if stage.entry == "train" and stage.role not in latest:
+            raise ConfigError(f"pipeline stage {stage.name!r} trains role {stage.role!r}; roles: {', '.join(roles)}")
+        stage.starts = dict(latest)
+        if stage.init_from is not None and str(stage.init_from).lower() == "none":
+            stage.starts[stage.role] = None
+        if stage.entry == "train":
+            latest[stage.role] = stage.name
+    return stages
+
+
+def stage_command(stage: Stage, root: Path, roles: list[str], user_overrides: list[str],
+                  experiment_name: str) -> list[str]:
+    """The command line of one stage."""
+    # the command line's overrides come last: they win over the stage's, as over any config file
+    cmd = [sys.executable, "-m", f"rankrl.{stage.entry}", *stage.overrides, *user_overrides,
+           f"hydra.run.dir={root / stage.name}", f"experiment_name={experiment_name}/{stage.name}"]
+    single = roles == [DEFAULT_ROLE]
+    for role, source in stage.starts.items():
+        if source is None:
+            continue
+        key = "init_from" if single else f"roles.{role}.init_from"
+        cmd.append(f"{key}={root / source}")
+    if stage.entry == "train":
+        cmd += [f"train_role={stage.role}", "trainer.resume=true"]
+    return cmd
+
+
+def compose(overrides: list[str]) -> DictConfig:
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+        return hydra_compose("train", overrides=overrides)
+
+
+def run_pipeline(overrides: list[str]) -> Path:
+    """Run every unfinished stage of the composed experiment's pipeline; returns the pipeline folder."""
+    cfg = compose(overrides)
+    if not cfg.get("pipeline"):
+        raise ConfigError(f"experiment {cfg.get('experiment_name')!r} declares no pipeline; pipelines: "
+                          + ", ".join(pipeline_experiments()))
+    roles = list(cfg.roles) if cfg.get("roles") else [DEFAULT_ROLE]
+    stages = plan(expand(OmegaConf.to_container(cfg.pipeline, resolve=True)), roles)
+    root = Path(cfg.paths.log_dir) / cfg.experiment_name / f"{cfg.scale}-{cfg.model.name}" / f"seed{cfg.seed}"
+    for i, stage in enumerate(stages, 1):
+        folder = root / stage.name
+        head = f"[{i}/{len(stages)}] {stage.name} ({stage.entry}{', role ' + stage.role if stage.entry == 'train' else ''})"
+        if (folder / METRICS_FILE).exists():
+            print(f"{head}: done ({folder})", flush=True)
+            continue
+        cmd = stage_command(stage, root, roles, overrides, cfg.experiment_name)
+        print(f"{head} -> {folder}", flush=True)
+        if subprocess.run(cmd).returncode != 0:
+            raise SystemExit(f"error: pipeline stage {stage.name!r} failed; fix it and rerun the same command "
+                             f"(finished stages are skipped, a killed training stage resumes)")
+    return root
+
+
+def pipeline_experiments() -> list[str]:
+    return sorted(str(p.relative_to(CONFIG_DIR / "experiment").with_suffix(""))
+                  for p in (CONFIG_DIR / "experiment").rglob("*.yaml") if "\npipeline:" in p.read_text())
+
+
+def main(argv: list[str]) -> None:
+    check_overrides(argv)
+    try:
+        root = run_pipeline(argv)
+    except ConfigError as err:
+        raise SystemExit(f"error: {err}") from None
+    print(f"pipeline finished: {root}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,114 @@
+"""Span advantages: several rewards in one completion, each driving only its own tokens.
+
+A task marks stretches of each completion's text (``rankrl.rl.task.Span``: a reward (N,) and a character
+range per completion). Here the ranges become token masks, each span gets its own group-relative
+advantage from the configured estimator, and the policy loss is the weighted sum of one loss per span:
+
+    L = sum_k lambda_k * L_k,   L_k = the configured loss over span k's tokens with span k's advantages.
+
+Each L_k is aggregated exactly like a whole-completion loss restricted to its mask, so the identity holds
+under every aggregation (``grpo``, ``dr_grpo``, ``dapo``). Tokens inside no span (delimiters, the end of
+turn) appear in no mask, so they count in neither a loss nor its normaliser and get zero gradient.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from rankrl.rl.advantages import get_advantage_fn
+from rankrl.rl.task import CharRange, Span
+
+
+@dataclass
+class SpanBatch:
+    """Per-span advantages and token masks for one batch, what the loss consumes.
+
+    Args:
+        advantages: span name -> (N,) group-relative advantages of that span's reward.
+        masks: span name -> (N, T) 0/1 float mask of the span's completion tokens.
+        weights: span name -> lambda_k.
+    """
+
+    advantages: dict[str, Tensor]
+    masks: dict[str, Tensor]
+    weights: dict[str, float]
+
+    def rows(self, start: int, stop: int) -> "SpanBatch":
+        return SpanBatch({k: v[start:stop] for k, v in self.advantages.items()},
+                         {k: v[start:stop] for k, v in self.masks.items()}, self.weights)
+
+    def token_advantages(self) -> Tensor:
+        """(N, T) sum_k lambda_k * A_k * mask_k: the per-token view (for logging and inspection)."""
+        return sum(self.weights[k] * self.advantages[k].unsqueeze(1) * self.masks[k] for k in self.masks)
+
+
+def token_char_ends(completion_ids: Sequence[int], tokenizer: Any, text: str) -> list[int] | None:
+    """End offset in ``text`` of each completion token, or None when tokens do not decode piecewise.
+
+    Tokens are decoded one by one (linear time). A byte-level BPE token holding part of a multi-byte
+    character does not decode alone; then the pieces do not add up to ``text`` and None is returned, and
+    the caller falls back to prefix decoding.
+    """
+    ends, pos = [], 0
+    for tok in completion_ids:
+        piece = tokenizer.decode([tok], skip_special_tokens=True)
+        if text.startswith(piece, pos):
+            pos += len(piece)
+        else:
+            return None
+        ends.append(pos)
+    return ends if pos == len(text) else None
+
+
+def _prefix_char_ends(completion_ids: Sequence[int], tokenizer: Any) -> list[int]:
+    return [len(tokenizer.decode(list(completion_ids[: i + 1]), skip_special_tokens=True))
+            for i in range(len(completion_ids))]
+
+
+def span_token_mask(char_ends: Sequence[int], char_range: CharRange | None, width: int) -> Tensor:
+    """(width,) mask of the tokens lying wholly inside ``char_range``; empty tokens belong to no span.
+
+    A token that straddles a range boundary (e.g. one holding the end of a list and the closing tag) is
+    left out: it is partly a delimiter.
+    """
+    mask = torch.zeros(width)
+    if char_range is None:
+        return mask
+    lo, hi = char_range
+    start = 0
+    for t, end in enumerate(char_ends):
+        if end > start and lo <= start and end <= hi:
+            mask[t] = 1.0
+        start = end
+    return mask
+
+
+def span_masks(spans: Mapping[str, Span], completion_ids: Sequence[Sequence[int]], texts: Sequence[str],
+               tokenizer: Any, width: int) -> dict[str, Tensor]:
+    """span name -> (N, width) token masks from the spans' character ranges."""
+    ends = []
+    for ids, text in zip(completion_ids, texts):
+        found = token_char_ends(ids, tokenizer, text)
+        ends.append(found if found is not None else _prefix_char_ends(ids, tokenizer))
+    return {name: torch.stack([span_token_mask(e, r, width) for e, r in zip(ends, span.ranges)])
+            for name, span in spans.items()}
+
+
+def span_advantages(spans: Mapping[str, Span], estimator: str, group_size: int) -> dict[str, Tensor]:
+    """span name -> (N,) advantages: each span's reward through the configured estimator on its own."""
+    fn = get_advantage_fn(estimator)
+    return {name: fn(span.rewards.float(), group_size) for name, span in spans.items()}
+
+
+def span_weights(names: Sequence[str], configured: Mapping[str, float]) -> dict[str, float]:
+    """lambda_k per span (1.0 unless configured); a weight for a span the task does not produce is an error."""
+    unknown = set(configured) - set(names)
+    if unknown:
+        raise ValueError(f"trainer.span_weights names {sorted(unknown)}, but the task's spans are "
+                         f"{sorted(names)}")
+    return {name: float(configured.get(name, 1.0)) for name in names}

@@ -1,0 +1,312 @@
+"""Step types of the training loop: one optimizer step of GRPO, or of supervised fine-tuning.
+
+A step takes the indices of its examples, runs forward/backward in micro-batches, calls the loop's
+``optimizer_step`` and returns its metrics. The loop (``rankrl.rl.trainer``) owns everything else. Step types
+are registered by the config class that selects them (``trainer=grpo|dr_grpo|dapo|sft``), so a new one
+is a class here and a YAML file, with no change to the loop.
+
+- ``GRPOStep``: G completions per prompt -> the task's rewards -> group-relative advantages (per span when
+  the task scores spans) -> clipped ratio loss -> update(s) -> new weights to the rollout engine.
+- ``SFTStep``: masked NLL of the task's SFT completions; prompt tokens are masked, and the loss is the mean
+  over every completion token of the step (all micro-batches and ranks).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Protocol, Sequence
+
+import torch
+
+from rankrl import distributed as ddp
+from rankrl.rl.advantages import get_advantage_fn
+from rankrl.rl.batch import PolicyBatch, to_policy_batch, token_logprobs
+from rankrl.rl.config import TrainerConfig
+from rankrl.rl.losses import count_loss_items, policy_loss
+from rankrl.rl.spans import SpanBatch, span_advantages, span_masks, span_weights
+from rankrl.rl.task import SFTExample, Span, TrainTask
+from rankrl.rollout.base import RolloutEngine, Rollouts
+from rankrl.rollout.hf import render_prompts
+
+Metrics = dict[str, Any]
+OptimizerStep = Callable[[], float]
+
+
+class NonFiniteLossError(RuntimeError):
+    """A loss or gradient norm was NaN/inf; the last good checkpoint is left untouched."""
+
+
+class Step(Protocol):
+    """What the loop calls once per optimizer step."""
+
+    num_examples: int
+    examples_per_step: int
+
+    def __call__(self, indices: Sequence[int], optimizer_step: OptimizerStep) -> Metrics: ...
+
+    def weights_changed(self) -> None:
+        """The policy's weights were replaced (resume): refresh whatever copies them."""
+
+
+_STEPS: dict[str, Callable[..., Step]] = {}
+
+
+def register_step(cls: Callable[..., Step]) -> Callable[..., Step]:
+    """Register a step type under its import path, the ``_target_`` a trainer config names."""
+    _STEPS[f"{cls.__module__}.{cls.__qualname__}"] = cls
+    return cls
+
+
+def build_step(cfg: TrainerConfig, **parts: Any) -> Step:
+    """The step type ``cfg._target_`` names, built from ``parts`` (policy, model, tokenizer, task, ...)."""
+    if cfg._target_ not in _STEPS:
+        raise ValueError(f"trainer._target_={cfg._target_!r} is no registered step; valid: {', '.join(_STEPS)}")
+    return _STEPS[cfg._target_](cfg=cfg, **parts)
+
+
+# ---------------------------------------------------------------------------------------------------- GRPO
+
+
+@register_step
+class GRPOStep:
+    """One GRPO step.
+
+    Args:
+        cfg: GRPO settings.
+        policy: the trained module (its parameters are what the engine samples).
+        model: the module that runs forward/backward (DDP around the policy, or the policy).
+        tokenizer: the policy's tokenizer.
+        engine: samples from the policy; told after every update.
+        task: prompts and rewards (already bound to its role).
+        ref_model: frozen reference for the KL term; None with LoRA uses the adapter-off policy.
+    """
+
+    def __init__(self, cfg: TrainerConfig, policy: torch.nn.Module, model: torch.nn.Module, tokenizer: Any,
+                 engine: RolloutEngine, task: TrainTask, ref_model: torch.nn.Module | None = None) -> None:
+        if engine is None:
+            raise ValueError("GRPO samples its completions: pass a rollout engine")
+        self.cfg, self.policy, self.model, self.tokenizer = cfg, policy, model, tokenizer
+        self.engine, self.task, self.ref_model = engine, task, ref_model
+        self.examples = task.train_examples()
+        self.num_examples, self.examples_per_step = len(self.examples), cfg.prompts_per_step
+        self.advantage_fn = get_advantage_fn(cfg.advantage)
+
+    def weights_changed(self) -> None:
+        self.engine.sync_weights(self.policy)
+
+    def __call__(self, indices: Sequence[int], optimizer_step: OptimizerStep) -> Metrics:
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        examples = [self.examples[i] for i in indices]
+        rollouts = self.engine.generate([ex.messages for ex in examples], n=cfg.group_size, sampling=cfg.sampling)
+        t_gen = time.perf_counter() - t0
+
+        rows = [ex for ex in examples for _ in range(cfg.group_size)]
+        scores = self.task.score(rows, rollouts.texts)
+        batch = to_policy_batch(rollouts, self.tokenizer.pad_token_id)
+        advantages = self.advantages(scores, rollouts, batch)
+        t_score = time.perf_counter() - t0 - t_gen
+
+        stats = self.update(batch, advantages, optimizer_step)
+        self.engine.sync_weights(self.policy)
+        t_all = time.perf_counter() - t0
+        return {**self.batch_metrics(scores, rollouts, batch, advantages), **stats,
+                "time/generate_s": t_gen, "time/reward_s": t_score, "time/update_s": t_all - t_gen - t_score,
+                "time/step_s": t_all, "tokens_per_s": float(batch.response_mask.sum()) / max(t_gen, 1e-9)}
+
+    def advantages(self, scores, rollouts: Rollouts, batch: PolicyBatch) -> torch.Tensor | SpanBatch:
+        """(N,) sequence advantages, or a ``SpanBatch`` when the task scores spans."""
+        n = len(scores.rewards)
+        if not scores.spans:
+            rewards = ddp.gather_rows(scores.rewards.float())  # batch-level estimators need every rank
+            return ddp.local_rows(self.advantage_fn(rewards, self.cfg.group_size), n)
+        gathered = {k: Span(ddp.gather_rows(s.rewards.float()), s.ranges) for k, s in scores.spans.items()}
+        adv = {k: ddp.local_rows(v, n) for k, v in span_advantages(gathered, self.cfg.advantage,
+                                                                   self.cfg.group_size).items()}
+        masks = span_masks(scores.spans, rollouts.completion_ids, rollouts.texts, self.tokenizer,
+                           batch.response_mask.shape[1])
+        return SpanBatch(adv, {k: m * batch.response_mask for k, m in masks.items()},
+                         span_weights(list(scores.spans), self.cfg.span_weights))
+
+    @torch.no_grad()
+    def _frozen_logprobs(self, batch: PolicyBatch, reference: bool) -> torch.Tensor:
+        temperature = self.cfg.sampling.temperature
+        out = []
+        for start in range(0, len(batch), self.cfg.micro_batch_size):
+            micro = batch.rows(start, start + self.cfg.micro_batch_size)
+            if not reference:
+                out.append(token_logprobs(self.policy, micro, temperature))
+            elif self.ref_model is not None:
+                out.append(token_logprobs(self.ref_model, micro, temperature))
+            else:  # LoRA: the reference is the base model, i.e. the policy with its adapter off
+                with self.policy.disable_adapter():
+                    out.append(token_logprobs(self.policy, micro, temperature))
+        return torch.cat(out)
+
+    def update(self, batch: PolicyBatch, advantages: torch.Tensor | SpanBatch,
+               optimizer_step: OptimizerStep) -> Metrics:
+        cfg = self.cfg
+        self.model.train()
+        # With one update per batch the sampling policy *is* the current policy: ratio = 1 (as TRL).
+        old = self._frozen_logprobs(batch, reference=False) if cfg.num_iterations > 1 else None
+        ref = self._frozen_logprobs(batch, reference=True) if cfg.beta > 0 else None
+        sums: Metrics = {}
+        for it in range(cfg.num_iterations):
+            stats = backward_batch(self.model, batch, advantages, cfg, old=old, ref=ref)
+            if it > 0:
+                stats.pop("sampler_logprob_gap")  # only meaningful before the first update
+            stats["grad_norm"] = optimizer_step()
+            for k, v in stats.items():
+                sums[k] = sums.get(k, 0.0) + v / (cfg.num_iterations if k != "sampler_logprob_gap" else 1)
+        return sums
+
+    def batch_metrics(self, scores, rollouts: Rollouts, batch: PolicyBatch,
+                      advantages: torch.Tensor | SpanBatch) -> Metrics:
+        lengths = batch.response_mask.sum(-1)
+        token_adv = advantages.token_advantages() if isinstance(advantages, SpanBatch) else advantages
+        spans = scores.spans or {}
+        return {
+            "reward/mean": scores.rewards.float().mean().item(),
+            "reward/std": scores.rewards.float().std().item() if len(scores.rewards) > 1 else 0.0,
+            **{f"reward/{k}": v.float().mean().item() for k, v in scores.components.items()},
+            **{f"reward/span_{k}": s.rewards.float().mean().item() for k, s in spans.items()},
+            "advantage/mean": token_adv.mean().item(),
+            "advantage/abs_mean": token_adv.abs().mean().item(),
+            "format_error_rate": 1.0 - scores.format_ok.float().mean().item(),
+            "completion_length/mean": lengths.mean().item(),
+            "completion_length/max": lengths.max().item(),
+            **{f"task/{k}": v for k, v in scores.metrics.items()},
+            # one completion per step, to read what the policy writes (W&B shows it as text)
+            "sample/completion": rollouts.texts[0],
+            "sample/reward": scores.rewards[0].item(),
+        }
+
+
+def _loss_terms(advantages: torch.Tensor | SpanBatch, mask: torch.Tensor) -> list[tuple[str, float, torch.Tensor,
+                                                                                        torch.Tensor]]:
+    """(name, weight, advantages, mask) of each loss term: one for sequence advantages, one per span."""
+    if isinstance(advantages, SpanBatch):
+        return [(k, advantages.weights[k], advantages.advantages[k], advantages.masks[k]) for k in advantages.masks]
+    return [("", 1.0, advantages, mask)]
+
+
+def backward_batch(model: torch.nn.Module, batch: PolicyBatch, advantages: torch.Tensor | SpanBatch,
+                   cfg: TrainerConfig, old: torch.Tensor | None = None,
+                   ref: torch.Tensor | None = None) -> dict[str, float]:
+    """Accumulate the gradient of one pass over ``batch`` in micro-batches; returns batch-level stats.
+
+    One denominator serves the whole step (every micro-batch, every rank), so the accumulated gradient
+    equals the full batch's; DDP averages over ranks, so each rank's loss is scaled back by the world size.
+    With spans, each span's loss has its own denominator over its own mask and the weighted span losses
+    add up (``rankrl.rl.spans``).
+    """
+    terms = _loss_terms(advantages, batch.response_mask)
+    num_items = {name: ddp.global_sum(float(count_loss_items(cfg.loss_agg, mask))) for name, _, _, mask in terms}
+    sums: dict[str, float] = {}
+    for start in range(0, len(batch), cfg.micro_batch_size):
+        stop = start + cfg.micro_batch_size
+        micro = batch.rows(start, stop)
+        with ddp.gradient_sync(model, sync=stop >= len(batch)):
+            logps = token_logprobs(model, micro, cfg.sampling.temperature)
+            total = 0.0
+            for name, weight, adv, mask in terms:
+                loss, stats = policy_loss(
+                    logps, old[start:stop] if old is not None else logps.detach(), adv[start:stop],
+                    mask[start:stop], eps_low=cfg.eps_low, eps_high=cfg.eps_high,
+                    ref_logprobs=ref[start:stop] if ref is not None else None, beta=cfg.beta,
+                    loss_agg=cfg.loss_agg, max_completion_length=cfg.sampling.max_new_tokens,
+                    num_items_in_batch=num_items[name])
+                total = total + weight * loss
+                _accumulate(sums, stats, len(micro) / len(batch), suffix=f"/{name}" if name else "")
+            if not torch.isfinite(total):
+                raise NonFiniteLossError(f"non-finite loss ({float(total.detach())})")
+            (total * ddp.world_size()).backward()
+        sums["loss"] = sums.get("loss", 0.0) + float(total.detach())  # shares of the batch total
+        sums["sampler_logprob_gap"] = sums.get("sampler_logprob_gap", 0.0) + len(micro) / len(batch) * _mean_gap(
+            logps.detach(), micro.sampler_logprobs, micro.response_mask)
+    return sums
+
+
+def _accumulate(sums: dict[str, float], stats: dict[str, torch.Tensor], share: float, suffix: str) -> None:
+    # pg_loss is already a share of the batch total; the rest are per-micro-batch means
+    for k, v in stats.items():
+        key = k + suffix
+        sums[key] = sums.get(key, 0.0) + float(v) * (1.0 if k == "pg_loss" else share)
+
+
+def _mean_gap(logps: torch.Tensor, sampler_logps: torch.Tensor, mask: torch.Tensor) -> float:
+    """Mean |trainer - sampler| log-prob over completion tokens (0 = the engine samples the trained policy)."""
+    return float(((logps - sampler_logps).abs() * mask).sum() / mask.sum().clamp(min=1))
+
+
+# ---------------------------------------------------------------------------------------------------- SFT
+
+
+def sft_token_ids(tokenizer: Any, example: SFTExample,
+                  chat_template_kwargs: dict | None = None) -> tuple[list[int], list[int]]:
+    """(prompt ids, completion ids) of an SFT pair under the model's chat template.
+
+    The prompt is rendered exactly as for generation (assistant turn opened), so SFT teaches the tokens the
+    policy will be asked to produce; the completion ends with the template's end of turn (the eos the
+    engine stops on) and nothing after it.
+    """
+    prompt = render_prompts(tokenizer, [example.messages], chat_template_kwargs)[0]
+    head = tokenizer.apply_chat_template(list(example.messages), tokenize=False, add_generation_prompt=True,
+                                         **(chat_template_kwargs or {}))
+    full = tokenizer.apply_chat_template([*example.messages, {"role": "assistant", "content": example.completion}],
+                                         tokenize=False, **(chat_template_kwargs or {}))
+    if not full.startswith(head):
+        raise ValueError("the chat template renders the prompt differently with an assistant turn; "
+                         "SFT cannot mask the prompt exactly")
+    tail = full[len(head):]
+    eos = tokenizer.eos_token
+    if eos and eos in tail:
+        tail = tail[: tail.index(eos) + len(eos)]
+    return prompt, tokenizer(tail, add_special_tokens=False)["input_ids"]
+
+
+@register_step
+class SFTStep:
+    """One SFT step over ``cfg.examples_per_step`` examples.
+
+    Args:
+        cfg: SFT settings.
+        policy: the trained module.
+        model: the module that runs forward/backward.
+        tokenizer: the policy's tokenizer (its chat template renders the pairs).
+        task: supplies ``sft_examples()`` (already bound to its role).
+        engine: told about new weights after each step, so monitors sample the current policy.
+    """
+
+    def __init__(self, cfg: TrainerConfig, policy: torch.nn.Module, model: torch.nn.Module, tokenizer: Any,
+                 task: TrainTask, engine: RolloutEngine | None = None, ref_model: Any = None) -> None:
+        self.cfg, self.policy, self.model, self.tokenizer, self.engine = cfg, policy, model, tokenizer, engine
+        self.pairs = [sft_token_ids(tokenizer, ex) for ex in task.sft_examples()]
+        self.num_examples, self.examples_per_step = len(self.pairs), cfg.examples_per_step
+
+    def weights_changed(self) -> None:
+        if self.engine is not None:
+            self.engine.sync_weights(self.policy)
+
+    def __call__(self, indices: Sequence[int], optimizer_step: OptimizerStep) -> Metrics:
+        t0 = time.perf_counter()
+        pairs = [self.pairs[i] for i in indices]
+        rollouts = Rollouts(prompt_ids=[p for p, _ in pairs], completion_ids=[c for _, c in pairs],
+                            logprobs=[[0.0] * len(c) for _, c in pairs], texts=[""] * len(pairs), group_size=1)
+        batch = to_policy_batch(rollouts, self.tokenizer.pad_token_id)
+        self.model.train()
+        n_tokens = ddp.global_sum(float(batch.response_mask.sum()))
+        nll = 0.0
+        for start in range(0, len(batch), self.cfg.micro_batch_size):
+            stop = start + self.cfg.micro_batch_size
+            micro = batch.rows(start, stop)
+            with ddp.gradient_sync(self.model, sync=stop >= len(batch)):
+                loss = -(token_logprobs(self.model, micro) * micro.response_mask).sum() / max(n_tokens, 1.0)
+                if not torch.isfinite(loss):
+                    raise NonFiniteLossError(f"non-finite loss ({loss.item()})")
+                (loss * ddp.world_size()).backward()
+            nll += float(loss.detach())
+        grad_norm = optimizer_step()
+        self.weights_changed()
+        return {"loss": ddp.global_sum(nll) if ddp.world_size() > 1 else nll, "grad_norm": grad_norm,
+                "sft/tokens": n_tokens, "time/step_s": time.perf_counter() - t0}

@@ -1,0 +1,164 @@
+"""The contract between the shared training loop and a method.
+
+A task is what a paper adds on top of the loop: its prompts, its SFT targets, its rewards and its own
+inference procedure. The loop, the entry points and the pipeline runner see tasks only through the two
+protocols below; tasks are built from Hydra ``_target_``s, so the core never names a paper.
+
+- ``EvalTask``: anything with an inference procedure to score (a first-stage baseline needs no model).
+- ``TrainTask``: an ``EvalTask`` that can also be trained, by GRPO (``train_examples`` + ``score``) or by
+  SFT (``sft_examples``). ``TaskBase`` gives the defaults a single-policy task needs.
+
+Roles. A method may train several policies that serve each other (one writes query keywords, another item
+keywords). Each is a *role* with its own model, weights and run folders. A stage trains one role; the
+others are frozen and reach the task as ``Generator``s through ``bind``. A single-policy task has the one
+role ``"policy"``.
+
+Spans. ``Scores.spans`` lets one completion carry several reward signals on different stretches of its
+text: each span names a reward (N,) and, per completion, the character range it covers. The loop turns the
+ranges into token masks, gives each span its own group-relative advantage and sums the span losses
+(``rankrl.rl.spans``). Tokens inside no span (delimiters) count in neither the loss nor its normaliser.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping, Protocol, Sequence, runtime_checkable
+
+import torch
+
+from rankrl.rollout.base import Generator, Messages
+
+DEFAULT_ROLE = "policy"
+
+CharRange = tuple[int, int]  # [start, end) in a completion's text
+
+
+@dataclass(frozen=True)
+class Example:
+    """One training prompt.
+
+    Args:
+        uid: stable identifier.
+        messages: the chat prompt.
+        target: whatever the reward needs (a gold label, a relevant set ...).
+    """
+
+    uid: str
+    messages: Messages
+    target: Any = None
+
+
+@dataclass(frozen=True)
+class SFTExample:
+    """One supervised pair: the loss is the NLL of ``completion`` given ``messages`` (the prompt is masked).
+
+    Args:
+        uid: stable identifier.
+        messages: the chat prompt.
+        completion: the assistant's target text.
+    """
+
+    uid: str
+    messages: Messages
+    completion: str
+
+
+@dataclass
+class Span:
+    """A named stretch of every completion with its own reward.
+
+    Args:
+        rewards: (N,) the span's reward per completion.
+        ranges: N character ranges ``(start, end)`` into each completion's text, or None where the
+            completion has no such span (its tokens then get no gradient from this span).
+    """
+
+    rewards: torch.Tensor
+    ranges: Sequence[CharRange | None]
+
+
+@dataclass
+class Scores:
+    """Rewards for N completions (N = examples x group size, prompt-major).
+
+    Args:
+        rewards: (N,) the scalar reward (logged; the advantage when there are no spans).
+        format_ok: (N,) bool, whether the completion parsed.
+        components: named (N,) reward parts, logged as ``reward/<name>``.
+        metrics: task metrics of this batch (already averaged), logged as ``task/<name>``.
+        spans: name -> ``Span``; when given, each span's tokens are driven by that span's advantage only.
+    """
+
+    rewards: torch.Tensor
+    format_ok: torch.Tensor
+    components: dict[str, torch.Tensor] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    spans: dict[str, Span] | None = None
+
+
+@runtime_checkable
+class EvalTask(Protocol):
+    """Something whose inference procedure can be scored on a split."""
+
+    name: str
+    uses_model: bool
+    roles: tuple[str, ...]
+
+    def evaluate(
+        self, generators: Mapping[str, Generator], split: str, limit: int | None = None
+    ) -> dict[str, Any]:
+        """Run inference on ``split`` (its first ``limit`` queries when set; smoke runs only) with one
+        generator per role; return ``{"metrics": {...}, ...}``."""
+
+
+@runtime_checkable
+class TrainTask(EvalTask, Protocol):
+    """A task the loop can train."""
+
+    def bind(self, role: str, generators: Mapping[str, Generator]) -> None:
+        """Called before a stage trains ``role``; ``generators`` serve the frozen roles."""
+
+    def train_examples(self) -> list[Example]:
+        """GRPO prompts of the bound role, in a fixed order (the loop shuffles them with its own seed)."""
+
+    def sft_examples(self) -> list[SFTExample]:
+        """Supervised pairs of the bound role."""
+
+    def score(self, examples: Sequence[Example], completions: Sequence[str]) -> Scores:
+        """Reward each completion; ``examples[i]`` is the prompt of ``completions[i]``."""
+
+    def monitor(self, generators: Mapping[str, Generator]) -> dict[str, float]:
+        """Cheap metrics on a fixed probe set, logged every ``monitor_every`` steps as ``monitor/<name>``."""
+
+
+class TaskBase:
+    """Defaults for a trainable single-policy task; subclasses override what they offer."""
+
+    name: ClassVar[str] = "task"
+    uses_model: ClassVar[bool] = True
+    roles: ClassVar[tuple[str, ...]] = (DEFAULT_ROLE,)
+
+    role: str = DEFAULT_ROLE
+    generators: Mapping[str, Generator] = {}
+
+    def bind(self, role: str, generators: Mapping[str, Generator]) -> None:
+        if role not in self.roles:
+            raise ValueError(f"task {self.name!r} has no role {role!r}; its roles: {', '.join(self.roles)}")
+        self.role, self.generators = role, dict(generators)
+
+    def train_examples(self) -> list[Example]:
+        raise NotImplementedError(f"task {self.name!r} has no GRPO prompts")
+
+    def sft_examples(self) -> list[SFTExample]:
+        raise NotImplementedError(f"task {self.name!r} has no SFT examples; trainer=sft needs them")
+
+    def score(self, examples: Sequence[Example], completions: Sequence[str]) -> Scores:
+        raise NotImplementedError(f"task {self.name!r} has no reward")
+
+    def monitor(self, generators: Mapping[str, Generator]) -> dict[str, float]:
+        return {}
+
+    def evaluate(
+        self, generators: Mapping[str, Generator], split: str, limit: int | None = None
+    ) -> dict[str, Any]:
+        raise NotImplementedError(f"task {self.name!r} has no evaluation")

@@ -1,0 +1,194 @@
+"""Figures from run folders: logs read as numbers, the drawn data equals the log, missing runs skipped."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from rankrl.report.__main__ import report
+from rankrl.report.figures import draw_figures, find_runs, read_log
+from rankrl.runs import SCHEMA
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _log_lines(steps: int, offset: float = 0.0) -> list[dict]:
+    lines = []
+    for step in range(1, steps + 1):
+        line = {"step": step, "reward/mean": offset + 0.1 * step, "format_error_rate": 1.0 - 0.05 * step,
+                "loss": "nan" if step == 3 else 0.01 * step, "sample/completion": f"<think>{step}</think>"}
+        if step % 2 == 0:
+            line["monitor/nDCG@10"] = offset + 0.3 + 0.01 * step
+        lines.append(line)
+    return lines
+
+
+def make_run(root: Path, experiment: str, seed: int = 0, *, steps: int = 6, offset: float = 0.0,
+             finished: bool = True, created: str = "2026-01-01T00:00:00+00:00", paper: str = "demo") -> Path:
+    """A run folder as train/evaluate leave it: train_log.jsonl, .hydra/config.yaml, and when finished
+    config.yaml + metrics.json."""
+    run = root / experiment / f"seed{seed}-{created[:19].replace(':', '-')}"
+    (run / ".hydra").mkdir(parents=True)
+    config = (f"experiment_name: {experiment}\npaper: {paper}\nseed: {seed}\nscale: cpu\n"
+              "model:\n  name: smollm2-135m\n  path: ${paths.model_dir}/smollm2-135m\n"
+              "output_dir: ${hydra:runtime.output_dir}\n")
+    (run / ".hydra" / "config.yaml").write_text(config)
+    (run / "train_log.jsonl").write_text("".join(json.dumps(x) + "\n" for x in _log_lines(steps, offset)))
+    if finished:
+        (run / "config.yaml").write_text(config)
+        record = {"schema": SCHEMA, "kind": "train", "paper": paper, "experiment": experiment,
+                  "task": "rankr1", "benchmark": "dl19", "split": "test", "eval_limit": None,
+                  "model": "smollm2-135m", "scale": "cpu", "seed": seed, "git_commit": "abc",
+                  "created": created, "metrics": {"nDCG@10": 0.4}}
+        (run / "metrics.json").write_text(json.dumps(record))
+    return run
+
+
+def write_spec(path: Path, figures: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"figures": figures}))  # JSON is YAML
+    return path
+
+
+CURVE = {"name": "curve", "title": "demo", "runs": ["demo/grpo"],
+         "panels": [{"series": "reward/mean", "label": "mean reward"}, "format_error_rate",
+                    {"series": "monitor/nDCG@10", "label": "probe nDCG@10"}]}
+
+
+def test_read_log_keeps_numbers_only(tmp_path):
+    run = make_run(tmp_path, "demo/grpo")
+    with (run / "train_log.jsonl").open("a") as f:
+        f.write('{"step": 7, "reward/me')  # the half-written last line of a running job
+    frame = read_log(run)
+    assert list(frame.index) == [1, 2, 3, 4, 5, 6] and frame.index.name == "step"
+    assert "sample/completion" not in frame
+    assert all(dtype == float for dtype in frame.dtypes)
+    assert np.isnan(frame.loc[3, "loss"]) and frame.loc[4, "loss"] == pytest.approx(0.04)
+    assert frame["monitor/nDCG@10"].dropna().index.tolist() == [2, 4, 6]
+    assert frame["monitor/nDCG@10"].isna().sum() == 3
+
+
+def test_figure_is_written_and_its_data_equals_the_log(tmp_path):
+    runs_dir = tmp_path / "runs"
+    run = make_run(runs_dir, "demo/grpo")
+    spec = write_spec(tmp_path / "figures.yaml", [CURVE])
+    written = draw_figures(find_runs(runs_dir), spec, tmp_path / "out")
+    png, csv = tmp_path / "out" / "curve.png", tmp_path / "out" / "curve.csv"
+    assert written == [png, csv]
+    assert png.read_bytes()[:8] == PNG_MAGIC
+    import matplotlib.image
+
+    assert matplotlib.image.imread(png).shape[0] > 100
+    data = pd.read_csv(csv)
+    log = read_log(run)
+    for panel, series in enumerate(["reward/mean", "format_error_rate", "monitor/nDCG@10"], start=1):
+        mean = data[(data["panel"] == panel) & (data["line"] == "mean")]
+        assert (mean["series"] == series).all() and (mean["run"] == "demo/grpo").all()
+        expected = log[series].dropna()
+        assert mean["step"].tolist() == expected.index.tolist()
+        assert np.allclose(mean["value"], expected.to_numpy())
+    assert set(data["line"]) == {"seed=0", "mean"}  # one seed: no band
+
+
+def test_seeds_are_averaged_with_a_band_and_smoothing_is_a_rolling_mean(tmp_path):
+    runs_dir = tmp_path / "runs"
+    make_run(runs_dir, "demo/grpo", seed=0)
+    make_run(runs_dir, "demo/grpo", seed=1, offset=1.0)
+    spec = write_spec(tmp_path / "figures.yaml",
+                      [{**CURVE, "panels": [{"series": "reward/mean", "smooth": 3}]}])
+    draw_figures(find_runs(runs_dir), spec, tmp_path / "out")
+    data = pd.read_csv(tmp_path / "out" / "curve.csv")
+
+    def line(name):
+        return data[data["line"] == name].set_index("step")["value"]
+
+    assert np.allclose(line("mean"), (line("seed=0") + line("seed=1")) / 2)
+    assert np.allclose(line("min"), line("seed=0")) and np.allclose(line("max"), line("seed=1"))
+    assert np.allclose(line("mean_smoothed"), line("mean").rolling(3, min_periods=1).mean())
+    assert {"min_smoothed", "max_smoothed"} <= set(data["line"])
+
+
+def test_a_figure_with_a_missing_run_is_skipped_and_not_written(tmp_path, caplog):
+    runs_dir = tmp_path / "runs"
+    make_run(runs_dir, "demo/grpo")
+    absent = {**CURVE, "name": "absent", "runs": ["demo/grpo", "demo/not_run"]}
+    spec = write_spec(tmp_path / "figures.yaml", [absent, CURVE])
+    with caplog.at_level(logging.WARNING):
+        written = draw_figures(find_runs(runs_dir), spec, tmp_path / "out")
+    assert [p.name for p in written] == ["curve.png", "curve.csv"]
+    assert not (tmp_path / "out" / "absent.png").exists() and not (tmp_path / "out" / "absent.csv").exists()
+    assert any("absent" in r.getMessage() and "demo/not_run" in r.getMessage() for r in caplog.records)
+    # no runs at all: nothing written, no error
+    assert draw_figures(find_runs(tmp_path / "empty"), spec, tmp_path / "out2") == []
+
+
+def test_two_runs_compared_in_one_panel(tmp_path):
+    runs_dir = tmp_path / "runs"
+    rank = make_run(runs_dir, "grape/rank_reward")
+    sim = make_run(runs_dir, "grape/sim_reward", offset=0.5)
+    figure = {"name": "fig5", "runs": [{"experiment": "grape/rank_reward", "label": "rank reward"},
+                                       {"experiment": "grape/sim_reward", "label": "similarity reward"}],
+              "panels": [{"series": "monitor/nDCG@10", "label": "gold similarity"}, "reward/mean"]}
+    written = draw_figures(find_runs(runs_dir), write_spec(tmp_path / "f.yaml", [figure]), tmp_path / "out")
+    assert written[0].read_bytes()[:8] == PNG_MAGIC
+    data = pd.read_csv(written[1])
+    for label, run in [("rank reward", rank), ("similarity reward", sim)]:
+        mean = data[(data["run"] == label) & (data["panel"] == 1) & (data["line"] == "mean")]
+        assert np.allclose(mean["value"], read_log(run)["monitor/nDCG@10"].dropna().to_numpy())
+    assert set(data["experiment"]) == {"grape/rank_reward", "grape/sim_reward"}
+
+
+def test_unfinished_runs_are_found_and_the_newest_per_seed_is_drawn(tmp_path):
+    runs_dir = tmp_path / "runs"
+    make_run(runs_dir, "demo/grpo", created="2026-01-01T00:00:00+00:00")  # an older, finished run
+    running = make_run(runs_dir, "demo/grpo", finished=False, steps=3, offset=5.0,
+                       created="2026-02-01T00:00:00+00:00")
+    hydra_cfg = running / ".hydra" / "config.yaml"
+    os.utime(hydra_cfg, (1.9e9, 1.9e9))  # started in 2030, after the finished one
+    runs = find_runs(runs_dir)
+    assert len(runs) == 2 and sorted(runs["finished"]) == [False, True]
+    row = runs[~runs["finished"]].iloc[0]
+    identity = (row["experiment"], row["seed"], row["scale"], row["model"])
+    assert identity == ("demo/grpo", 0, "cpu", "smollm2-135m")
+    draw_figures(runs, write_spec(tmp_path / "f.yaml", [CURVE]), tmp_path / "out")
+    data = pd.read_csv(tmp_path / "out" / "curve.csv")
+    reward = data[(data["panel"] == 1) & (data["line"] == "mean")]
+    assert reward["step"].tolist() == [1, 2, 3] and reward["value"].iloc[0] == pytest.approx(5.1)
+
+
+def test_report_all_writes_every_papers_tables_and_figures(tmp_path):
+    experiments = tmp_path / "experiments"
+    write_spec(experiments / "demo" / "figures.yaml", [CURVE])
+    (experiments / "engine").mkdir()  # no spec: not a paper
+    runs_dir = tmp_path / "runs"
+    make_run(runs_dir, "demo/grpo")
+    cfg = OmegaConf.create({"paper": "all", "runs_dir": str(runs_dir), "out_dir": str(tmp_path / "out")})
+    written = report(cfg, experiments)
+    names = [p.relative_to(tmp_path / "out").as_posix() for p in written]
+    assert names == ["demo/curve.png", "demo/curve.csv"]
+    with pytest.raises(ValueError, match="valid: all, demo"):
+        report(OmegaConf.create({**cfg, "paper": "engine"}), experiments)
+
+
+def test_report_entry_point_runs_every_paper(tmp_path):
+    runs_dir = tmp_path / "runs"
+    make_run(runs_dir, "rankr1/warmstart_grpo_dl19", paper="rankr1")
+    out = subprocess.run([sys.executable, "-m", "rankrl.report", f"runs_dir={runs_dir}",
+                          f"out_dir={tmp_path / 'out'}", f"hydra.run.dir={tmp_path / 'hydra'}"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert (tmp_path / "out" / "rankr1" / "trec_dl.md").exists()
+    assert (tmp_path / "out" / "rankr1" / "rankr1_reward_curve.png").read_bytes()[:8] == PNG_MAGIC
+    bad = subprocess.run([sys.executable, "-m", "rankrl.report", "paper=nope",
+                          f"hydra.run.dir={tmp_path / 'h'}"],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "valid: all, rankr1" in bad.stderr
