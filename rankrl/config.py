@@ -68,7 +68,7 @@ def check_run_keys(cfg: DictConfig) -> None:
 
 
 def group_choices(group: str) -> list[str]:
-    """The options of a config group, nested folders included (``experiment`` -> ``rankr1/bm25_dl19`` ...)."""
+    """The options of a config group, nested folders included (``experiment`` -> ``<paper>/<experiment>`` ...)."""
     root = CONFIG_DIR / group
     return sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml"))
 
@@ -98,7 +98,7 @@ def precheck(config_name: str, argv: list[str]) -> None:
 def check_overrides(argv: list[str]) -> None:
     """Stop on ``group=option`` overrides naming an option that does not exist, listing the valid ones.
 
-    Hydra lists options for flat groups but not for nested ones such as ``experiment=rankr1/...``;
+    Hydra lists options for flat groups but not for nested ones such as ``experiment=<paper>/...``;
     checking here gives every group the same clear message before anything starts.
     """
     for arg in argv:

@@ -1,8 +1,8 @@
 """Entry point: run a task's inference on a split (zero-shot or from trained weights), write metrics.json.
 
-python -m rankrl.evaluate experiment=rankr1/bm25_dl19
-python -m rankrl.evaluate experiment=rankr1/setwise_dl19 init_from=<run folder or experiment>
-python -m rankrl.evaluate experiment=rankr1/setwise_dl19 ckpt_path=outputs/<run>/checkpoints/step_000010
+python -m rankrl.evaluate experiment=<paper>/<experiment>
+python -m rankrl.evaluate experiment=<paper>/<experiment> init_from=<run folder or experiment>
+python -m rankrl.evaluate experiment=<paper>/<experiment> ckpt_path=outputs/<run>/checkpoints/step_000010
 """
 
 from __future__ import annotations

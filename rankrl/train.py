@@ -2,7 +2,7 @@
 
 python -m rankrl.train                                   # the synthetic task, CPU profile
 python -m rankrl.train trainer=sft                       # supervised steps on the task's SFT examples
-python -m rankrl.train experiment=rankr1/rankr1_grpo_dl19
+python -m rankrl.train experiment=<paper>/<experiment>
 python -m rankrl.train experiment=... init_from=<run folder or experiment>   # start from a finished run
 python -m rankrl.train experiment=... trainer.resume=true                      # continue a killed run
 torchrun --nproc_per_node=2 -m rankrl.train ...          # data parallel
