@@ -69,6 +69,20 @@ def test_sft_grpo_evaluate_pipeline_skips_finished_stages_and_resumes_a_killed_o
     again = subprocess.run(_pipeline(whole, "core/vowels_pipeline", *args), capture_output=True, text=True)
     assert again.returncode == 0 and again.stdout.count(": done") == 3, again.stdout
 
+    # the report draws the GRPO stage's monitor series from its log (experiments/core/figures.yaml)
+    figures = tmp_path / "figures"
+    drawn = subprocess.run([sys.executable, "-m", "rankrl.report", "paper=core", f"runs_dir={whole}",
+                            f"out_dir={figures}"], capture_output=True, text=True)
+    assert drawn.returncode == 0, drawn.stderr[-3000:]
+    assert (figures / "vowels_pipeline_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    import pandas as pd
+
+    drawn_points = pd.read_csv(figures / "vowels_pipeline_curves.csv")
+    probe = drawn_points[(drawn_points.series == "monitor/vowel_share") & drawn_points.line.str.startswith("seed")]
+    logged = [json.loads(line) for line in (root / "grpo" / "train_log.jsonl").read_text().splitlines()]
+    expected = {r["step"]: r["monitor/vowel_share"] for r in logged if "monitor/vowel_share" in r}
+    assert dict(zip(probe.step, probe.value)) == pytest.approx(expected) and len(expected) == 5  # 0,2,4,6,8
+
     # killed inside the GRPO stage: the rerun skips SFT and continues GRPO from its checkpoint
     proc = subprocess.Popen(_pipeline(broken, "core/vowels_pipeline", *args), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)

@@ -111,6 +111,9 @@ def corpus_fingerprint(docs: Iterable[Document], settings: Mapping[str, object])
 
 
 def default_cache_dir() -> Path:
-    """Where indexes are cached: ``$RANKRL_CACHE_DIR`` (as in conf/paths), else ``~/.cache/rankrl``."""
+    """The one cache folder, as ``paths.cache_dir`` in conf/paths: ``$RANKRL_CACHE_DIR``, else ``<repo>/.cache``.
+
+    Entry points pass ``paths.cache_dir`` explicitly; this default serves library use outside them.
+    """
     root = os.environ.get("RANKRL_CACHE_DIR")
-    return Path(root).expanduser() if root else Path.home() / ".cache" / "rankrl"
+    return Path(root).expanduser() if root else Path(__file__).resolve().parents[2] / ".cache"

@@ -6,16 +6,19 @@ so its run is built here with one Lucene index per task, each query's ``excluded
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+from typing import Any, Callable
 
 from rankrl.data.records import Benchmark, Run
 from rankrl.retrieval.base import search_excluding
 
 
-def ensure_run(benchmark: Benchmark, name: str = "bm25", depth: int = 100, k1: float = 0.9, b: float = 0.4,
-               cache_dir: str | Path | None = None) -> Run:
-    """``benchmark.runs[name]``, built by pyserini BM25 (k1, b) over the corpus and cached on it if absent.
+def ensure_run(benchmark: Benchmark, name: str = "bm25", depth: int = 100,
+               retriever: Callable[..., Any] | None = None, cache_dir: str | Path | None = None) -> Run:
+    """``benchmark.runs[name]``, built over the corpus and cached on it if absent.
+
+    ``retriever(docs, cache_dir=..., name=...)`` builds the index (the ``retriever`` config group's partial,
+    e.g. pyserini BM25 with its k1 and b); None means pyserini BM25 with Anserini's defaults.
 
     Raises the data layer's ``MissingDataError`` (which names the fetch command) when the corpus is missing.
     """
@@ -27,8 +30,8 @@ def ensure_run(benchmark: Benchmark, name: str = "bm25", depth: int = 100, k1: f
     from rankrl.retrieval.bm25 import PyseriniBM25
 
     docs = list(benchmark.corpus.values())
-    cache = cache_dir or os.environ.get("RANKRL_CACHE_DIR")
-    retriever = PyseriniBM25(docs, k1=k1, b=b, cache_dir=cache, name=benchmark.name)
+    build = retriever or PyseriniBM25
+    retriever = build(docs, cache_dir=cache_dir, name=benchmark.name)
     queries = {q.qid: q.text for q in benchmark.queries.values()}
     excluded = {q.qid: tuple(q.extra.get("excluded_ids", ())) for q in benchmark.queries.values()}
     benchmark.runs[name] = search_excluding(retriever, queries, depth, excluded)

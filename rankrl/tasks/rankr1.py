@@ -20,7 +20,7 @@ import re
 import tomllib
 from collections import abc
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, Mapping
@@ -320,12 +320,13 @@ def passage_text(benchmark: Benchmark, docid: str) -> str:
     return f"{doc.title} {doc.text}" if doc.title else doc.text
 
 
-def first_stage_ranking(benchmark: Benchmark, qid: str, run_name: str = "bm25") -> list[str]:
+def first_stage_ranking(benchmark: Benchmark, qid: str, run_name: str = "bm25",
+                        cache_dir: str | Path | None = None) -> list[str]:
     """A query's first-stage docids, best first (ties in run order), without its ``excluded_ids``: BRIGHT's
     rule, applied before reranking as in Rank-R1/bright/filter_run.py."""
     from rankrl.retrieval.first_stage import ensure_run
 
-    scores = ensure_run(benchmark, run_name).get(qid, {})  # BRIGHT: BM25 over its documents, built once
+    scores = ensure_run(benchmark, run_name, cache_dir=cache_dir).get(qid, {})  # BRIGHT: BM25 over its documents, built once
     query = benchmark.queries.get(qid)
     excluded = set(query.extra.get("excluded_ids", ())) if query else set()
     return [d for d in sorted(scores, key=lambda d: -scores[d]) if d not in excluded]
@@ -402,6 +403,8 @@ class RankR1Task(TaskBase):
             (19/10/100 in the paper; at CPU scale a smaller depth, the rest keep BM25 order after them).
         shuffle_candidates: show each comparison's candidates in a seeded random order (official code).
         seed: training-data and presentation-order seed.
+        eval_benchmark_options: options of the evaluation benchmark's loader (``conf/benchmark/<name>.yaml``).
+        cache_dir: where a first stage built here (BRIGHT's BM25) is cached (``paths.cache_dir``).
     """
 
     name = "rankr1"
@@ -421,6 +424,8 @@ class RankR1Task(TaskBase):
     pool_depth: int = 100
     shuffle_candidates: bool = True
     seed: int = 0
+    eval_benchmark_options: dict = field(default_factory=dict)
+    cache_dir: str | Path | None = None
 
     def __post_init__(self) -> None:
         names = [b if isinstance(b, str) else b.name for b in (self.train_benchmark, self.eval_benchmark)]
@@ -443,7 +448,8 @@ class RankR1Task(TaskBase):
         if isinstance(getattr(self, name), str):
             from rankrl.data import load_benchmark
 
-            setattr(self, name, load_benchmark(getattr(self, name), self.data_dir))
+            options = self.eval_benchmark_options if role == "eval" else {}
+            setattr(self, name, load_benchmark(getattr(self, name), self.data_dir, **options))
         return getattr(self, name)
 
     def _passage(self, bench: Benchmark, docid: str) -> str:
@@ -485,7 +491,7 @@ class RankR1Task(TaskBase):
 
         bench = self.benchmark("eval")
         queries = bench.split(split)[:limit]
-        firsts = [first_stage_ranking(bench, q.qid) for q in queries]
+        firsts = [first_stage_ranking(bench, q.qid, cache_dir=self.cache_dir) for q in queries]
         jobs = []
         for q, first in zip(queries, firsts):
             docs = [Document(d, self._passage(bench, d)) for d in first[: self.rerank_depth]]
