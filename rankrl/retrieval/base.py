@@ -97,14 +97,17 @@ def document_text(doc: Document) -> str:
     return f"{doc.title} {doc.text}".strip() if doc.title else doc.text
 
 
-def corpus_fingerprint(docs: Iterable[Document], settings: Mapping[str, object]) -> str:
+def corpus_fingerprint(
+    docs: Iterable[Document], settings: Mapping[str, object], extra_fields: Sequence[str] = ()
+) -> str:
     """A content hash of the corpus (ids, titles, texts, in order) and the index settings.
 
     Order is part of the hash because Lucene breaks score ties by internal document number.
+    ``extra_fields`` adds ``doc.extra`` entries that carry the content, e.g. ``image_path`` for images.
     """
     h = hashlib.sha256(json.dumps(dict(settings), sort_keys=True, default=str).encode())
     for d in docs:
-        for part in (d.docid, d.title, d.text):
+        for part in (d.docid, d.title, d.text, *(str(d.extra.get(f, "")) for f in extra_fields)):
             h.update(part.encode("utf-8"))
             h.update(b"\x00")
     return h.hexdigest()[:20]
