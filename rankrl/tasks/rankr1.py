@@ -29,7 +29,7 @@ import torch
 
 from rankrl.data.records import Benchmark, Document, Run
 from rankrl.rollout.base import Generator, Messages
-from rankrl.tasks.base import Example, Scores, TaskBase
+from rankrl.tasks.base import Example, Scores, SFTExample, TaskBase
 
 _TOML = tomllib.loads((Path(__file__).parent / "prompts" / "rankr1.toml").read_text())
 PROMPTS: dict[bool, dict[str, str]] = {True: _TOML["setwise_r1"], False: _TOML["setwise"]}  # key: reasoning
@@ -384,7 +384,33 @@ def setwise_training_examples(
     return examples
 
 
-# ---- 5. The task as the GRPO loop sees it ------------------------------------------------------------------
+# ---- 5. Supervised targets: the Setwise SFT baseline, and a format-only warm start -------------------------
+
+SFT_TARGETS = ("gold", "format")
+# The warm start's reasoning text: the same generic sentence for every prompt, so it says nothing about
+# which passage is relevant; short, so that completions stay cheap at CPU scale.
+GENERIC_THINK = "I compare each document with the query and choose the most relevant one."
+
+
+def sft_completion(example: Example, target: str, reasoning: bool, seed: int = 0) -> str:
+    """The SFT target of a training prompt.
+
+    ``gold``: the paper's Setwise SFT baseline, the gold label in the answer tags (with the generic think
+    text first when the prompt asks for reasoning). ``format``: the output format only, for a model too
+    small to write it zero-shot: generic think text and a label drawn uniformly from 1..c by a generator
+    seeded with (seed, uid) alone, so the label is independent of the gold one and of the passages.
+    """
+    if target == "gold":
+        label = example.target["gold"] + 1
+    elif target == "format":
+        label = random.Random(f"format|{seed}|{example.uid}").randint(1, example.target["num_candidates"])
+    else:
+        raise ValueError(f"unknown sft target {target!r}; valid: {SFT_TARGETS}")
+    answer = f"<answer>[{label}]</answer>"
+    return f"<think> {GENERIC_THINK} </think> {answer}" if reasoning else answer
+
+
+# ---- 6. The task as the training loop sees it ------------------------------------------------------------------
 
 
 @dataclass
@@ -403,6 +429,9 @@ class RankR1Task(TaskBase):
             (19/10/100 in the paper; at CPU scale a smaller depth, the rest keep BM25 order after them).
         shuffle_candidates: show each comparison's candidates in a seeded random order (official code).
         seed: training-data and presentation-order seed.
+        sft_target: what ``sft_examples`` teach: ``gold`` (the paper's Setwise SFT baseline) or ``format``
+            (a CPU-scale format warm start that carries no relevance signal; ``sft_completion``).
+        probe_queries: how many training queries ``monitor`` reranks.
         eval_benchmark_options: options of the evaluation benchmark's loader (``conf/benchmark/<name>.yaml``).
         cache_dir: where a first stage built here (BRIGHT's BM25) is cached (``paths.cache_dir``).
     """
@@ -424,6 +453,8 @@ class RankR1Task(TaskBase):
     pool_depth: int = 100
     shuffle_candidates: bool = True
     seed: int = 0
+    sft_target: str = "gold"
+    probe_queries: int = 4
     eval_benchmark_options: dict = field(default_factory=dict)
     cache_dir: str | Path | None = None
 
@@ -431,6 +462,8 @@ class RankR1Task(TaskBase):
         names = [b if isinstance(b, str) else b.name for b in (self.train_benchmark, self.eval_benchmark)]
         if names[0] == names[1]:
             raise ValueError(f"train and eval benchmark are both {names[0]!r}: evaluate on unseen data")
+        if self.sft_target not in SFT_TARGETS:
+            raise ValueError(f"unknown sft_target {self.sft_target!r}; valid: {SFT_TARGETS}")
         if self.construction not in CONSTRUCTIONS:
             raise ValueError(f"unknown construction {self.construction!r}; valid: {CONSTRUCTIONS}")
         if min(self.num_child, self.k, self.rerank_depth) < 1 or self.num_candidates < 2:
@@ -481,22 +514,41 @@ class RankR1Task(TaskBase):
         }
         return Scores(rewards, ok, {"correct": correct}, metrics)
 
+    def sft_examples(self) -> list[SFTExample]:
+        """The training prompts with a target completion: ``sft_target`` says which (see ``sft_completion``)."""
+        return [SFTExample(ex.uid, ex.messages, sft_completion(ex, self.sft_target, self.reasoning, self.seed))
+                for ex in self.train_examples()]
+
+    def monitor(self, generators: Mapping[str, Generator]) -> dict[str, float]:
+        """nDCG@10 and the format-error rate of heap sort on ``probe_queries`` fixed TRAINING queries (the
+        train benchmark's first judged ones; never the evaluation set)."""
+        bench = self.benchmark("train")
+        queries = [bench.queries[q] for q in sorted(bench.qrels)[: self.probe_queries]]
+        out = self._rerank(bench, queries, generators[self.role])
+        return {**out["metrics"], "format_error_rate": out["cost"]["parse_failures"] / max(out["cost"]["comparisons"], 1)}
+
     def evaluate(self, generators: Mapping[str, Generator], split: str, limit: int | None = None) -> dict[str, Any]:
         """Rerank each query's BM25 top ``rerank_depth`` by Setwise heap sort; nDCG@10 with trec_eval rules.
 
         All queries advance together, so one ``generate`` call carries a heap step of every query.
-        Returns ``{"metrics", "run", "cost"}``; ``limit`` keeps the first queries (smoke runs only).
+        Returns ``{"metrics", "run", "cost"}``; ``limit`` keeps the first queries (smoke runs only). The
+        metrics include the share of comparisons whose answer did not parse (``format_error_rate``).
         """
+        bench = self.benchmark("eval")
+        out = self._rerank(bench, bench.split(split)[:limit], generators[self.role])
+        cost = out["cost"]
+        out["metrics"]["format_error_rate"] = cost["parse_failures"] / max(cost["comparisons"], 1)
+        return out
+
+    def _rerank(self, bench: Benchmark, queries: Sequence[Any], generate: Generator) -> dict[str, Any]:
         from rankrl.eval.metrics import evaluate_run
 
-        bench = self.benchmark("eval")
-        queries = bench.split(split)[:limit]
         firsts = [first_stage_ranking(bench, q.qid, cache_dir=self.cache_dir) for q in queries]
         jobs = []
         for q, first in zip(queries, firsts):
             docs = [Document(d, self._passage(bench, d)) for d in first[: self.rerank_depth]]
             jobs.append((truncate(q.text, self.tokenizer, self.query_max_tokens), docs))
-        judge = llm_judge(generators[self.role], self.reasoning, self.shuffle_candidates, self.seed)
+        judge = llm_judge(generate, self.reasoning, self.shuffle_candidates, self.seed)
         rankings, costs, calls = rerank_setwise(jobs, judge, self.num_child, self.k)
         run: Run = {}
         for q, first, ranked in zip(queries, firsts, rankings):

@@ -572,3 +572,43 @@ def test_task_rejects_training_on_the_eval_set():
         RankR1Task("dl19", "dl19")
     with pytest.raises(ValueError, match="valid: \\('msmarco', 'judged_pool'\\)"):
         RankR1Task("dl20", "dl19", construction="bm25")
+
+
+# ---- SFT targets: the Setwise SFT baseline and the format-only warm start ---------------------------------
+
+
+def test_format_warm_start_labels_carry_no_relevance_signal(dl20):
+    """The warm start's labels are drawn independently of the gold label: the same for any gold, uniform over
+    1..c, agreeing with the gold about 1 time in c, and the think text is the same for every prompt."""
+    from dataclasses import replace
+
+    from rankrl.tasks.rankr1 import GENERIC_THINK, parse_answer, setwise_training_examples, sft_completion
+
+    examples = setwise_training_examples(dl20, "judged_pool", num_candidates=5, seed=0, pool_depth=100,
+                                         text=lambda d: d)
+    assert len(examples) > 300
+    labels = []
+    for ex in examples:
+        completion = sft_completion(ex, "format", reasoning=True, seed=0)
+        assert completion.startswith(f"<think> {GENERIC_THINK} </think> <answer>[")
+        label = parse_answer(completion, 5, reasoning=True)
+        for other_gold in range(5):  # the label does not depend on which passage is the gold one
+            moved = replace(ex, target={**ex.target, "gold": other_gold})
+            assert parse_answer(sft_completion(moved, "format", True, 0), 5, True) == label
+        labels.append(label)
+    n = len(labels)
+    agree = sum(label == ex.target["gold"] for label, ex in zip(labels, examples)) / n
+    assert abs(agree - 0.2) < 4 * (0.2 * 0.8 / n) ** 0.5, agree  # chance level, within 4 sigma
+    counts = [labels.count(k) for k in range(5)]
+    chi2 = sum((c - n / 5) ** 2 / (n / 5) for c in counts)
+    assert chi2 < 18.47, counts  # uniform: below the 0.999 quantile of chi-square with 4 dof
+
+
+def test_setwise_sft_targets_are_the_gold_labels(dl20):
+    from rankrl.tasks.rankr1 import parse_answer, setwise_training_examples, sft_completion
+
+    examples = setwise_training_examples(dl20, "judged_pool", 5, 0, 100, lambda d: d, reasoning=False)
+    for ex in examples[:50]:
+        completion = sft_completion(ex, "gold", reasoning=False)
+        assert completion == f"<answer>[{ex.target['gold'] + 1}]</answer>"
+        assert parse_answer(completion, 5, reasoning=False) == ex.target["gold"]
