@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -80,3 +81,20 @@ def test_wandb_offline_run_is_written(tmp_path, model_dir):
          f"hydra.run.dir={tmp_path}", "experiment_name=core/wandb_check")
     offline = list((tmp_path / "wandb").glob("offline-run-*"))
     assert offline, list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("overrides,said", [
+    (["model=tiny", "rollout=vllm"], "vllm is not installed"),
+    (["model.path=/nowhere/model", "model.name=ghost"], "is not available offline"),
+    (["experiment=rankr1/bm25_dl19", "paths.data_dir=/nowhere/data"], "make data"),
+])
+def test_user_errors_end_in_one_line_without_traceback(tmp_path, model_dir, overrides, said):
+    """Errors a user can fix print one `error:` line and exit 2; HYDRA_FULL_ERROR=1 brings the traceback back."""
+    entry = "rankrl.evaluate" if any("bm25" in o for o in overrides) else "rankrl.train"
+    cmd = [sys.executable, "-m", entry, *overrides, "logger=none", f"hydra.run.dir={tmp_path}"]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert out.returncode == 2 and len(errors) == 1 and said in errors[0], out.stderr[-2000:]
+    assert "Traceback" not in out.stderr
+    full = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HYDRA_FULL_ERROR": "1"})
+    assert full.returncode != 0 and "Traceback" in full.stderr
