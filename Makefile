@@ -29,7 +29,7 @@ export TOKENIZERS_PARALLELISM := false
 INSTALLED := $(VENV)/.rankrl-installed
 MODELS := $(CACHE_DIR)/models/smollm2-135m/config.json $(CACHE_DIR)/models/tiny/config.json
 
-.PHONY: help setup install models data java test test-full dry-run bench reproduce-rankr1 tables clean
+.PHONY: help setup install models data java test test-full dry-run bench reproduce reproduce-rankr1 pipeline-check tables clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -73,8 +73,16 @@ dry-run: setup ## compose every experiment and print the resolved config of one 
 bench: setup ## one GRPO step, ours vs TRL's GRPOTrainer on SmolLM2-135M, alternating (~5 min)
 	$(PY) -m rankrl.bench
 
-reproduce-rankr1: setup ## Rank-R1: every CPU-runnable row, then its tables (~100 min; experiments/rankr1/README.md)
+reproduce: setup ## every paper's reproduction, one after the other (each experiments/<paper>/reproduce.sh), then all tables
+	@set -e; for script in experiments/*/reproduce.sh; do echo "=== $$script"; bash $$script; done
+	$(PY) -m rankrl.report paper=all
+
+reproduce-rankr1: setup ## Rank-R1: every CPU-runnable row, then its tables and reward curve (experiments/rankr1/README.md)
 	bash experiments/rankr1/reproduce.sh
+
+pipeline-check: setup ## the engine's own pipelines on the tiny model: SFT -> GRPO -> evaluate, and two roles in rounds (~1 min)
+	$(PY) -m rankrl.pipeline experiment=core/vowels_pipeline model=tiny
+	$(PY) -m rankrl.pipeline experiment=core/vowel_relay_rounds model=tiny
 
 tables: install ## rebuild every paper's tables and figures from run folders (reruns nothing; seconds)
 	$(PY) -m rankrl.report paper=all
