@@ -1,6 +1,6 @@
 """Rank-R1 answer parsing: the linear scan (``rankr1._find_answer``) against the official regex.
 
-The input is the degenerate completion of the "Hardening" issue, ``<think>x</think><answer>`` repeated with
+The input is the degenerate completion a looping policy writes, ``<think>x</think><answer>`` repeated with
 no closing ``</answer>``: the official ``re.search(<think>.*?</think>\\s*<answer>(.*?)</answer>, DOTALL)``
 backtracks over every (``<think>``, ``</think>``) pair and scans to the end for each, about cubic time.
 Sizes are in SmolLM2 tokens (the tiny and smollm2-135m models' tokenizer): one repeat is 8 tokens.
