@@ -29,7 +29,7 @@ export TOKENIZERS_PARALLELISM := false
 INSTALLED := $(VENV)/.rankrl-installed
 MODELS := $(CACHE_DIR)/models/smollm2-135m/config.json $(CACHE_DIR)/models/tiny/config.json
 
-.PHONY: help setup install models data java test test-full dry-run bench reproduce reproduce-rankr1 pipeline-check tables clean
+.PHONY: help setup install models data java test test-full dry-run bench reproduce reproduce-rankr1 reproduce-grape pipeline-check reproduce-cogr reproduce-fgrpo tables clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -80,9 +80,18 @@ reproduce: setup ## every paper's reproduction, one after the other (each experi
 reproduce-rankr1: setup ## Rank-R1: every CPU-runnable row, then its tables and reward curve (experiments/rankr1/README.md)
 	bash experiments/rankr1/reproduce.sh
 
+reproduce-grape: setup ## GRAPE: the CPU-scale text rows, tables and CPU Fig. 5 (experiments/grape/README.md)
+	bash experiments/grape/reproduce.sh
+
 pipeline-check: setup ## the engine's own pipelines on the tiny model: SFT -> GRPO -> evaluate, and two roles in rounds (~1 min)
 	$(PY) -m rankrl.pipeline experiment=core/vowels_pipeline model=tiny
 	$(PY) -m rankrl.pipeline experiment=core/vowel_relay_rounds model=tiny
+
+reproduce-cogr: setup ## CoGR: CPU-scale rows (ABLATIONS=1 adds the ablations), tables, figures (experiments/cogr/README.md)
+	bash experiments/cogr/reproduce.sh
+
+reproduce-fgrpo: setup ## F-GRPO: every CPU-runnable row, then its tables and figures (~90 min; experiments/fgrpo/README.md)
+	bash experiments/fgrpo/reproduce.sh
 
 tables: install ## rebuild every paper's tables and figures from run folders (reruns nothing; seconds)
 	$(PY) -m rankrl.report paper=all

@@ -152,12 +152,23 @@ def set_prf(predicted: Collection[str], relevant: Collection[str]) -> tuple[floa
     if isinstance(predicted, str) or isinstance(relevant, str):
         raise TypeError("set_prf takes collections of ids, not a single string; wrap it in a list")
     pred, rel = set(predicted), set(relevant)
-    if not pred and not rel:
+    return prf_from_counts(len(pred & rel), len(pred), len(rel))
+
+
+def prf_from_counts(hits: int, num_predicted: int, num_relevant: int) -> tuple[float, float, float]:
+    """``set_prf`` from the three counts it depends on: |predicted ∩ relevant|, |predicted|, |relevant|.
+
+    Incremental callers (one item moving in or out of a predicted set) update counts instead of copying
+    sets; both paths give bit-identical floats because ``set_prf`` is computed here too.
+    """
+    if not 0 <= hits <= min(num_predicted, num_relevant):
+        raise ValueError(f"impossible counts: {hits} hits, {num_predicted} predicted, "
+                         f"{num_relevant} relevant")
+    if not num_predicted and not num_relevant:
         return 1.0, 1.0, 1.0
-    hits = len(pred & rel)
     if hits == 0:
         return 0.0, 0.0, 0.0
-    precision, recall = hits / len(pred), hits / len(rel)
+    precision, recall = hits / num_predicted, hits / num_relevant
     return precision, recall, 2 * precision * recall / (precision + recall)
 
 

@@ -37,6 +37,8 @@ def our_rows(runs: pd.DataFrame, spec: Mapping[str, Any], metric: str) -> list[d
     for row in spec["rows"]:
         cells = _cell_experiments(row, columns)
         hits = runs[(runs["metric"] == metric) & runs["experiment"].isin(set(cells.values()))]
+        if "model" in row:  # a row that names a model shows that model's runs only (else "missing")
+            hits = hits[hits["model"] == row["model"]]
         variants = hits[["model", "scale"]].fillna("-").drop_duplicates().to_dict("records") or [
             {"model": row.get("model", "-"), "scale": "-"}]
         for variant in variants:
@@ -81,17 +83,33 @@ def build_table(
     return frame[["method", "model", "scale", "source", *columns, "note"]]
 
 
+def metrics_as_columns(runs: pd.DataFrame, benchmark: str) -> pd.DataFrame:
+    """The runs of one benchmark with metric and benchmark swapped, so that a table whose columns are metric
+    names is built by the same cell logic as one whose columns are benchmarks."""
+    cells = runs[runs["benchmark"] == benchmark].copy()
+    cells["benchmark"], cells["metric"] = cells["metric"], benchmark
+    return cells
+
+
 def write_tables(runs: pd.DataFrame, paper_dir: Path, out_dir: Path) -> list[Path]:
-    """Write ``<name>.md`` and ``<name>.csv`` for every table in ``paper_dir/tables.yaml``."""
+    """Write ``<name>.md`` and ``<name>.csv`` for every table in ``paper_dir/tables.yaml``.
+
+    Every table reports the file's ``metric`` unless it names its own (``metric: R@10``). A table that
+    names a ``benchmark`` has metric names as its ``columns`` instead (several metrics of one benchmark).
+    """
     spec = yaml.safe_load((paper_dir / "tables.yaml").read_text())
     published = yaml.safe_load((paper_dir / "published.yaml").read_text()) or {}
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for table in spec["tables"]:
-        frame = build_table(runs, table, published, spec["metric"], spec.get("digits", 4))
+        metric = table.get("metric", spec["metric"])  # a table may report another metric than the file's
+        cells = runs
+        if "benchmark" in table:  # its columns are metrics of this one benchmark
+            cells, metric = metrics_as_columns(runs, table["benchmark"]), table["benchmark"]
+        frame = build_table(cells, table, published, metric, spec.get("digits", 4))
         csv_path, md_path = out_dir / f"{table['name']}.csv", out_dir / f"{table['name']}.md"
         frame.to_csv(csv_path, index=False)
-        header = f"### {table['title']}\n\n{spec['metric']}; {spec.get('legend', '')}\n\n"
+        header = f"### {table['title']}\n\n{metric}; {spec.get('legend', '')}\n\n"
         md_path.write_text(header + frame.to_markdown(index=False) + "\n")
         written += [md_path, csv_path]
     return written

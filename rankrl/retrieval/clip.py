@@ -99,7 +99,8 @@ class ClipRetriever:
                 raise
             raise ClipWeightsMissing(
                 f"open_clip weights {arch} pretrained={pretrained!r} are not on this machine and cannot be "
-                f"downloaded here; on a machine with internet run `{download_command(arch, pretrained, weights_dir)}` "
+                "downloaded here; on a machine with internet run "
+                f"`{download_command(arch, pretrained, weights_dir)}` "
                 f"and copy the folder, or set retriever.pretrained=<path to the checkpoint file>") from None
         self.model = model.to(self.device).eval()
         self.preprocess = preprocess
@@ -141,9 +142,15 @@ class ClipRetriever:
         ids = check_unique_ids(d.docid for d in docs)
         in_memory = any("image" in d.extra for d in docs)
         settings = {"arch": self.arch, "pretrained": self.pretrained}
-        key = f"clip-{self.arch}-{Path(str(self.pretrained)).name}-{corpus_fingerprint(docs, settings, ['image_path'])}"
-        cache = None if in_memory or self.pretrained is None else self.cache_dir  # random weights: nothing to reuse
-        return cached_vectors(cache, key, ids, lambda rows: self.encode_images([load_image(docs[i]) for i in rows]),
+        corpus = corpus_fingerprint(docs, settings, ["image_path"])
+        key = f"clip-{self.arch}-{Path(str(self.pretrained)).name}-{corpus}"
+        # random weights differ at every construction: nothing to reuse
+        cache = None if in_memory or self.pretrained is None else self.cache_dir
+
+        def encode(rows: range) -> np.ndarray:
+            return self.encode_images([load_image(docs[i]) for i in rows])
+
+        return cached_vectors(cache, key, ids, encode,
                               batch_size=self.batch_size, desc=f"encoding {len(ids)} images with {self.arch}")
 
     def index(self, docs: Sequence[Document]) -> None:

@@ -102,7 +102,8 @@ class DenseRetriever:
         return self._require().search(qids, self.encode(texts), k)
 
     def rank_of(self, queries: Sequence[str], target_ids: Sequence[str]) -> list[int]:
-        """1-based rank of ``target_ids[i]`` for ``queries[i]`` over the whole corpus (ties count against it)."""
+        """1-based rank of ``target_ids[i]`` for ``queries[i]`` over the whole corpus (ties count against
+        the target)."""
         return self._require().rank_of(self.encode(queries), target_ids).tolist()
 
     def similarity(self, queries: Sequence[str], target_ids: Sequence[str]) -> list[float]:

@@ -53,6 +53,9 @@ class ProbeScores:
         gold: cosine of the query with its best-ranked target.
         best_other: the highest cosine with any item that is neither a target nor excluded (-inf if none).
         mean: the mean cosine with all N corpus items (= query . corpus centroid).
+        owner, target_rank, target_score: per target of every query (T = all targets, flattened in order),
+            the query it belongs to, its own pessimistic rank and its cosine (for rewards over every
+            relevant item, not only the best-ranked one).
     """
 
     rank: np.ndarray
@@ -60,6 +63,14 @@ class ProbeScores:
     gold: np.ndarray
     best_other: np.ndarray
     mean: np.ndarray
+    owner: np.ndarray | None = None
+    target_rank: np.ndarray | None = None
+    target_score: np.ndarray | None = None
+
+    def per_query_mean(self, values: np.ndarray) -> np.ndarray:
+        """(B,) the mean of per-target ``values`` (T,) over each query's targets."""
+        counts = np.bincount(self.owner, minlength=len(self.rank))
+        return np.bincount(self.owner, weights=values, minlength=len(self.rank)) / np.maximum(counts, 1)
 
 
 class VectorIndex:
@@ -79,7 +90,7 @@ class VectorIndex:
         if len(self.row) != len(self.ids):
             raise ValueError("item ids must be unique")
         # a memmap stays a (read-only) view: ascontiguousarray of a float32 C-order memmap copies nothing
-        self.vectors = np.asarray(vectors, dtype=np.float32) if normalized else l2_normalize(vectors)  # (N, d)
+        self.vectors = np.asarray(vectors, dtype=np.float32) if normalized else l2_normalize(vectors)
         self._faiss: faiss.IndexFlatIP | None = None
         self._centroid: np.ndarray | None = None
 
@@ -159,7 +170,8 @@ class VectorIndex:
         return self.probe(query_vectors, target_sets, excluded, others=False).rank
 
     def probe(self, query_vectors: np.ndarray, target_sets: Sequence[Sequence[str]],
-              excluded: Sequence[Sequence[str]] | None = None, others: bool = True) -> ProbeScores:
+              excluded: Sequence[Sequence[str]] | None = None, others: bool = True,
+              every_target: bool = False) -> ProbeScores:
         """Rank and similarities of each query's best target, from one matrix product.
 
         Args:
@@ -167,6 +179,7 @@ class VectorIndex:
             target_sets: B non-empty lists of target ids (the relevant items of each query).
             excluded: B lists of item ids that do not take part in the ranking (or None).
             others: also find the best non-target similarity (costs a copy of the score matrix).
+            every_target: also rank every target on its own (``owner``, ``target_rank``, ``target_score``).
         """
         if len(query_vectors) != len(target_sets):
             raise ValueError(f"{len(query_vectors)} queries but {len(target_sets)} target sets")
@@ -191,7 +204,15 @@ class VectorIndex:
                 masked[ex_owner, ex_rows] = -np.inf
             best_other = masked.max(axis=1)
         mean = l2_normalize(query_vectors) @ self.centroid  # (B,)
-        return ProbeScores(rank, size, gold, best_other, mean)
+        if not every_target:
+            return ProbeScores(rank, size, gold, best_other, mean)
+        target_score = scores[owner, rows]  # (T,)
+        target_rank = (scores[owner] >= target_score[:, None]).sum(axis=1)  # (T,), one comparison row each
+        if excluded:
+            ex_owner, ex_rows = self._excluded_rows(excluded)
+            for t, (b, s) in enumerate(zip(owner, target_score)):
+                target_rank[t] -= int((scores[b, ex_rows[ex_owner == b]] >= s).sum())
+        return ProbeScores(rank, size, gold, best_other, mean, owner, target_rank, target_score)
 
     def _excluded_rows(self, excluded: Sequence[Sequence[str]]) -> tuple[np.ndarray, np.ndarray]:
         sets = [sorted(set(e)) for e in excluded]

@@ -1,0 +1,1186 @@
+"""CoGR: co-evolving keyword generators for queries and items, trained with GRPO (arXiv 2609.00638).
+
+The method, in the order of the paper:
+1. Retrieval. A query generator G^q writes a keyword set S_q for a query q, an item generator G^i a set S_i
+   for an item i. Item i is retrieved for q when ``(S_q ∪ {q}) ∩ (S_i ∪ {i}) ≠ ∅``: {q} is the query string
+   and {i} the item's title, each one more term of its side. Retrieved items are ranked by BM25 over the
+   keyword bags; quality is the set F1 of the retrieved set against the relevant set.
+2. SFT initialisation. The base LLM writes item keywords (budget M = 10). Each training query's target is
+   the N = 15 most frequent of those keywords over its relevant items. G^q is fine-tuned on (q, S_q) and G^i
+   on (i, S_i), separately.
+3. Query-side RL against the frozen item index: R_q = F1 if |S_q| <= K_max (= 30), else 0.
+4. Item-side RL against the frozen query side: R_i = sum over training queries of F1 with only item i's
+   keywords replaced by S_i, minus the same sum on the reference index; -1 when |S_i| > K_max. Replacing one
+   item's keywords can only move that item in or out of a query's retrieved set, and only for queries that
+   share a term with its old or new bag, so ``ItemCounterfactual`` re-scores only those.
+5. Co-evolution. Rounds alternate a query-side stage and an item-side stage, each against the other side's
+   latest frozen index; the item index is rebuilt from the newest item keywords every round.
+
+How a pipeline hands indexes between stages. Every evaluation writes the keyword sets it used into its run
+folder (``query_keywords.json``, ``item_keywords.json``). A side whose weights come from an earlier stage F
+(the role's ``init_from``) reads F's file, written by F's final evaluation with exactly those weights and the
+same indexing sampling; only when there is none does the frozen role's generator write them in ``bind``.
+Base weights (no ``init_from``) share one file per model and catalog under ``<cache_dir>/cogr/``. This is how
+the item-side stage gets its reference index (the trained role has no frozen generator) and how a single
+generator shared by both sides (an ablation) gets the other side's keywords.
+
+Where this module departs from the paper, or fills in what it does not say, the docstrings say so: the
+prompts (``prompts/cogr.toml``), keyword parsing and normalisation, sets cut to their first K_max keywords
+when indexed or searched, the CPU-scale catalog (``dl_pools_catalog``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import re
+import time
+import tomllib
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, is_dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rankrl.data.records import Document, Query, Run
+from rankrl.errors import ConfigError
+from rankrl.eval.metrics import prf_from_counts, set_prf
+from rankrl.retrieval.keyword_index import KeywordIndex, invert, keyword_bag, normalize_keyword
+from rankrl.rollout.base import Generator, Messages
+from rankrl.tasks.base import Example, Scores, SFTExample, TaskBase
+
+log = logging.getLogger(__name__)
+
+PROMPTS: dict[str, dict[str, str]] = tomllib.loads(
+    (Path(__file__).parent / "prompts" / "cogr.toml").read_text()
+)
+SIDES = ("query", "item")
+SPLITS = ("train", "validation")
+
+# ---- 0. Catalogs: items, queries, binary relevance, query splits -------------------------------------------
+
+
+@dataclass
+class Catalog:
+    """One item catalog shared by every split, with queries split into train and validation.
+
+    Args:
+        name: the benchmark's config name.
+        items: item id -> Document (title + text).
+        queries: qid -> Query, both splits.
+        relevant: qid -> the relevant item ids (binarised labels); every query has at least one.
+        splits: ``train`` and ``validation`` -> qids, disjoint.
+    """
+
+    name: str
+    items: dict[str, Document]
+    queries: dict[str, Query]
+    relevant: dict[str, frozenset[str]]
+    splits: dict[str, list[str]]
+
+    def split(self, name: str) -> list[str]:
+        if name not in self.splits:
+            raise KeyError(f"catalog {self.name!r} has no split {name!r}; valid: {', '.join(self.splits)}")
+        return self.splits[name]
+
+    def fingerprint(self) -> str:
+        """A content hash of items, queries, labels and splits: other catalogs' keyword files never match."""
+        h = hashlib.sha256(self.name.encode())
+        for iid in sorted(self.items):
+            doc = self.items[iid]
+            h.update(f"\x00{iid}\x00{doc.title}\x00{doc.text}".encode())
+        for qid in sorted(self.queries):
+            h.update(
+                f"\x01{qid}\x00{self.queries[qid].text}\x00{','.join(sorted(self.relevant[qid]))}".encode()
+            )
+        h.update(json.dumps(self.splits, sort_keys=True).encode())
+        return h.hexdigest()[:16]
+
+
+def binarize(
+    qrels: Mapping[str, Mapping[str, int]], level: int, items: Collection[str]
+) -> dict[str, frozenset[str]]:
+    """qid -> items of the catalog graded >= ``level``; queries left with none are dropped (their F1 says
+    nothing: an empty retrieved set would already be perfect)."""
+    out = {}
+    for qid, grades in qrels.items():
+        rel = frozenset(d for d, g in grades.items() if g >= level and d in items)
+        if rel:
+            out[qid] = rel
+    return out
+
+
+def wands_catalog(data_dir: str | Path, num_test: int = 50, seed: int = 0) -> Catalog:
+    """WANDS: 42,994 products (title = product name, text = description), 480 queries; Exact and Partial are
+    relevant, Irrelevant is not (the loader's grades 2/1/0, level 1). Queries are split by the loader's seeded
+    shuffle into 430 train / 50 validation, the paper's sizes (its query ids are not published; ``num_test``
+    and ``seed`` are the loader's options, conf/benchmark/wands.yaml); queries without any relevant product
+    are left out of both splits. Missing ``product.csv`` / ``label.csv`` stop with ``python -m
+    rankrl.data.prepare --only wands`` (the data layer's ``MissingDataError``)."""
+    from rankrl.data import load_benchmark
+
+    bench = load_benchmark("wands", data_dir, num_test=num_test, seed=seed)
+    relevant = binarize(bench.qrels, bench.relevance_level, bench.corpus)
+    splits = {
+        "train": [q for q in bench.splits["train"] if q in relevant],
+        "validation": [q for q in bench.splits["test"] if q in relevant],
+    }
+    queries = {q: bench.queries[q] for q in relevant}
+    return Catalog("wands", dict(bench.corpus), queries, relevant, splits)
+
+
+def dl_pools_catalog(
+    data_dir: str | Path,
+    max_queries: int | None = None,
+    relevant_per_query: int | None = None,
+    passages_per_query: int | None = None,
+    num_validation: int = 20,
+    seed: int = 0,
+    name: str = "dl-pools",
+) -> Catalog:
+    """TREC DL19 + DL20 judged pools as a multi-relevant catalog (the CPU-scale stand-in for WANDS).
+
+    Items: every passage judged for a DL19 or DL20 query whose text ships with the BM25 top-100 files
+    (5,008 passages); relevant: judged >= 2 (TREC DL's binary level); queries: the judged ones with at least
+    one relevant passage in the catalog (94 of 97). The documented split rule: a seeded shuffle of those
+    queries (``rankrl.data.common.split_ids``), ``num_validation`` of them for validation, the rest train.
+
+    CPU scale shrinks it (``conf/benchmark/dl-pools-cpu.yaml``): ``max_queries`` queries drawn with ``seed``;
+    per query at most ``relevant_per_query`` of its relevant passages and ``passages_per_query`` passages in
+    all, the rest judged non-relevant (grades 0-1, the hard negatives), each drawn with a per-query seed. The
+    catalog is the union of the kept pools, and a query's relevant set is every kept passage it judged >= 2.
+    """
+    from rankrl.data import load_benchmark
+    from rankrl.data.common import keyed_rng, split_ids
+
+    corpus: dict[str, Document] = {}
+    qrels: dict[str, dict[str, int]] = {}
+    queries: dict[str, Query] = {}
+    for year in ("dl19", "dl20"):
+        bench = load_benchmark(year, data_dir)
+        for qid, grades in bench.qrels.items():
+            with_text = {d: g for d, g in grades.items() if d in bench.corpus}
+            if any(g >= 2 for g in with_text.values()):
+                queries[qid], qrels[qid] = Query(qid, bench.queries[qid].text, {"year": year}), with_text
+                corpus.update((d, bench.corpus[d]) for d in with_text)
+    qids = sorted(queries)
+    if max_queries is not None:
+        qids = sorted(random.Random(seed).sample(qids, min(max_queries, len(qids))))
+    if passages_per_query is not None or relevant_per_query is not None:
+        kept: set[str] = set()
+        for qid in qids:
+            rng = keyed_rng(seed, qid)
+            pos = sorted(d for d, g in qrels[qid].items() if g >= 2)
+            neg = sorted(d for d, g in qrels[qid].items() if g < 2)
+            pos = rng.sample(pos, min(len(pos), relevant_per_query or len(pos)))
+            room = (passages_per_query or len(pos) + len(neg)) - len(pos)
+            kept.update(pos, rng.sample(neg, max(0, min(room, len(neg)))))
+        corpus = {d: corpus[d] for d in sorted(kept)}
+    else:
+        corpus = {d: corpus[d] for d in sorted({d for q in qids for d in qrels[q]})}
+    relevant = binarize({q: qrels[q] for q in qids}, 2, corpus)
+    qids = [q for q in qids if q in relevant]
+    if not 0 < num_validation < len(qids):
+        raise ValueError(
+            f"num_validation must be between 1 and {len(qids) - 1} ({len(qids)} queries), "
+            f"got {num_validation}"
+        )
+    splits = split_ids(
+        qids, {"train": 1 - num_validation / len(qids), "validation": num_validation / len(qids)}, seed
+    )
+    return Catalog(name, corpus, {q: queries[q] for q in qids}, relevant, splits)
+
+
+CATALOGS: dict[str, Callable[..., Catalog]] = {
+    "wands": wands_catalog,
+    "dl-pools": dl_pools_catalog,
+    "dl-pools-cpu": lambda data_dir, **kw: dl_pools_catalog(data_dir, **kw, name="dl-pools-cpu"),
+}
+
+
+def load_catalog(name: str | Catalog, data_dir: str | Path, **options: Any) -> Catalog:
+    """The catalog ``name`` (``CATALOGS``) with its loader options from ``conf/benchmark/<name>.yaml``; a
+    ``Catalog`` is returned as it is."""
+    if isinstance(name, Catalog):
+        return name
+    if name not in CATALOGS:
+        raise ValueError(f"CoGR has no catalog {name!r}; valid: {', '.join(CATALOGS)}")
+    return CATALOGS[name](data_dir, **options)
+
+
+class CatalogOnDemand:
+    """A task's catalog, loaded on first use: a missing data file then stops the run with the data layer's
+    error naming its fetch command (raised from a constructor, Hydra would wrap it in its own exception)."""
+
+    _catalog_args: tuple[Any, Any, dict[str, Any]]
+    _catalog: Catalog | None = None
+
+    @property
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            name, data_dir, options = self._catalog_args
+            self._catalog = load_catalog(name, data_dir, **options)
+        return self._catalog
+
+
+# ---- 1. Keywords: parsing the generators' output -----------------------------------------------------------
+
+THINK_END = "</think>"
+# one pass over the text each; the marker and label patterns are anchored and bounded, so no backtracking
+_SEPARATORS = re.compile(r"[,;\n|]")
+_LIST_MARKER = re.compile(r"^(?:\d{1,3}[.)]|[-*•·])\s+")
+_LABEL = re.compile(r"^\s*keywords?\s*:", re.IGNORECASE)
+
+
+def parse_keywords(text: str) -> list[str]:
+    """The keyword set in a generator's output: distinct normalised keywords in the order written.
+
+    The paper does not specify an output format; the prompts ask for comma-separated keywords. Parsing is
+    lenient because small models answer in lists: text after a closing ``</think>`` only (Qwen3's reasoning),
+    a leading ``Keywords:`` label dropped, then split on commas, semicolons, ``|`` and line breaks; list
+    markers (``1.``, ``2)``, ``-``, ``*``, ``•``) are removed and each piece is normalised as the index does
+    (``rankrl.retrieval.keyword_index.normalize_keyword``: case, edge punctuation, spaces). Empty pieces and
+    repeats are dropped. Linear time; never raises (anything that is not a string has no keywords).
+    """
+    if not isinstance(text, str):
+        return []
+    cut = text.rfind(THINK_END)
+    if cut >= 0:
+        text = text[cut + len(THINK_END) :]
+    text = _LABEL.sub("", text, count=1)
+    out: list[str] = []
+    seen: set[str] = set()
+    for piece in _SEPARATORS.split(text):
+        keyword = normalize_keyword(_LIST_MARKER.sub("", piece.strip(), count=1))
+        if keyword and keyword not in seen:
+            seen.add(keyword)
+            out.append(keyword)
+    return out
+
+
+def format_keywords(keywords: Sequence[str]) -> str:
+    """The written form of a keyword set (SFT targets): comma-separated."""
+    return ", ".join(keywords)
+
+
+def within_budget(keywords: Sequence[str], budget: int) -> list[str]:
+    """The first ``budget`` keywords: what an index or a search uses of a set (the paper states the budget
+    only as a reward penalty; an over-long set is cut rather than dropped when indexed or searched)."""
+    return list(keywords[:budget])
+
+
+def keyword_stats(sets: Iterable[Sequence[str]], budget: int) -> dict[str, float]:
+    """Mean keywords per set, share of multi-word keywords, share of sets over budget and of empty sets."""
+    sets = list(sets)
+    words = [k for s in sets for k in s]
+    n = max(len(sets), 1)
+    return {
+        "keywords": sum(len(s) for s in sets) / n,
+        "multiword": sum(" " in k for k in words) / max(len(words), 1),
+        "over_budget": sum(len(s) > budget for s in sets) / n,
+        "empty": sum(not s for s in sets) / n,
+    }
+
+
+# ---- 2. Prompts --------------------------------------------------------------------------------------------
+
+
+def query_messages(query: str, budget: int) -> Messages:
+    prompt = PROMPTS["query"]
+    return [
+        {"role": "system", "content": prompt["system"]},
+        {"role": "user", "content": prompt["user"].format(budget=budget, query=query)},
+    ]
+
+
+def item_text(doc: Document, max_words: int | None = None) -> str:
+    """What the item generator reads: title and description (the paper's item text), the description cut
+    to its first ``max_words`` words when set."""
+    words = doc.text.split()
+    text = " ".join(words[:max_words] if max_words is not None else words)
+    return f"Title: {doc.title}\nDescription: {text}" if doc.title else f"Text: {text}"
+
+
+def item_messages(doc: Document, budget: int, max_words: int | None = None) -> Messages:
+    prompt = PROMPTS["item"]
+    return [
+        {"role": "system", "content": prompt["system"]},
+        {"role": "user", "content": prompt["user"].format(budget=budget, item=item_text(doc, max_words))},
+    ]
+
+
+# ---- 3. Retrieval and rewards ------------------------------------------------------------------------------
+
+
+def query_own_terms(query: Query) -> list[str]:
+    """{q}: the query string itself is one more term of the query's bag."""
+    return [query.text]
+
+
+def item_own_terms(doc: Document) -> list[str]:
+    """{i}: the item's title is one more term of its bag (passages without a title add none)."""
+    return [doc.title] if doc.title else []
+
+
+def build_index(
+    items: Mapping[str, Document], item_keywords: Mapping[str, Sequence[str]], k_max: int
+) -> KeywordIndex:
+    """The inverted index of every item's keyword set (first ``k_max``) plus its title."""
+    return KeywordIndex(
+        {i: within_budget(item_keywords.get(i, ()), k_max) for i in items},
+        {i: item_own_terms(doc) for i, doc in items.items()},
+    )
+
+
+def query_bag(keywords: Sequence[str], query: Query, k_max: int) -> frozenset[str]:
+    """S_q ∪ {q}, normalised."""
+    return keyword_bag(within_budget(keywords, k_max)) | keyword_bag(query_own_terms(query))
+
+
+def query_reward(
+    keywords: Sequence[str], query: Query, relevant: Collection[str], index: KeywordIndex, k_max: int
+) -> float:
+    """R_q: set F1 of the items retrieved by S_q ∪ {q}, or 0 when |S_q| > K_max."""
+    if len(keywords) > k_max:
+        return 0.0
+    return set_prf(index.retrieve_bag(query_bag(keywords, query, k_max)), relevant)[2]
+
+
+class ItemCounterfactual:
+    """The frozen query side against a reference item index: the item reward, computed incrementally.
+
+    Per query the reference retrieved set is reduced to two counts (retrieved, relevant retrieved); F1 comes
+    from them through ``prf_from_counts``, the function ``set_prf`` itself uses. ``gain`` visits only the
+    queries sharing a term with the item's old or new bag, in the fixed order of ``self.qids``, and adds
+    F1_new - F1_ref for those whose retrieval of the item changes: every other query contributes exactly 0.0,
+    and adding 0.0 to a float changes nothing, so the sum equals the full sum over all queries bit for bit
+    (``brute_force_gain``).
+
+    Args:
+        index: the reference item index.
+        query_bags: qid -> the frozen query bag S_q ∪ {q} (normalised).
+        relevant: qid -> relevant item ids.
+    """
+
+    def __init__(
+        self,
+        index: KeywordIndex,
+        query_bags: Mapping[str, Collection[str]],
+        relevant: Mapping[str, Collection[str]],
+    ) -> None:
+        self.index = index
+        self.qids = sorted(query_bags)
+        self.position = {q: n for n, q in enumerate(self.qids)}
+        self.query_bags = {q: frozenset(query_bags[q]) for q in self.qids}
+        self.relevant = {q: frozenset(relevant.get(q, ())) for q in self.qids}
+        self.reference = {q: index.retrieve_bag(self.query_bags[q]) for q in self.qids}
+        self.counts = {
+            q: (len(self.reference[q] & self.relevant[q]), len(self.reference[q]), len(self.relevant[q]))
+            for q in self.qids
+        }
+        self.reference_f1 = {q: prf_from_counts(*self.counts[q])[2] for q in self.qids}
+        self.query_postings = invert(self.query_bags)
+
+    def total_f1(self) -> float:
+        """Sum of F1 over the queries on the reference index."""
+        return sum(self.reference_f1[q] for q in self.qids)
+
+    def new_bag(self, item_id: str, new_keywords: Iterable[str]) -> frozenset[str]:
+        """S_i ∪ {i} with the new keywords (an unknown item is named)."""
+        self.index.bag_of(item_id)
+        return keyword_bag(new_keywords) | self.index.own_terms[item_id]
+
+    def affected_queries(self, item_id: str, new_keywords: Iterable[str]) -> list[str]:
+        """Queries whose retrieval of ``item_id`` can change: those sharing a term with its old or new bag."""
+        touched: set[str] = set()
+        for term in self.index.bag_of(item_id) | self.new_bag(item_id, new_keywords):
+            touched |= self.query_postings.get(term, set())
+        return sorted(touched, key=self.position.__getitem__)
+
+    def gain(self, item_id: str, new_keywords: Iterable[str]) -> float:
+        """Sum over queries of F1 with ``item_id``'s keywords replaced, minus the reference sum."""
+        new_keywords = list(new_keywords)
+        new_bag = self.new_bag(item_id, new_keywords)
+        total = 0.0
+        for qid in self.affected_queries(item_id, new_keywords):
+            was, now = item_id in self.reference[qid], not self.query_bags[qid].isdisjoint(new_bag)
+            if was == now:
+                continue
+            hits, retrieved, num_relevant = self.counts[qid]
+            step = 1 if now else -1
+            hits += step if item_id in self.relevant[qid] else 0
+            total += prf_from_counts(hits, retrieved + step, num_relevant)[2] - self.reference_f1[qid]
+        return total
+
+
+def item_reward(
+    keywords: Sequence[str], item_id: str, counterfactual: ItemCounterfactual, k_max: int
+) -> float:
+    """R_i: the counterfactual gain of S_i over the reference index, or -1 when |S_i| > K_max."""
+    if len(keywords) > k_max:
+        return -1.0
+    return counterfactual.gain(item_id, keywords)
+
+
+def brute_force_gain(
+    index: KeywordIndex,
+    query_bags: Mapping[str, Collection[str]],
+    relevant: Mapping[str, Collection[str]],
+    item_id: str,
+    new_keywords: Iterable[str],
+    rebuild: bool = True,
+) -> float:
+    """The item reward by full recomputation: retrieve every query on the counterfactual index and on the
+    reference one, and sum F1_new - F1_ref over all queries (sorted qids: the order ``gain`` uses).
+
+    ``rebuild``: build the counterfactual index from scratch (``KeywordIndex.with_keywords``); False patches
+    only the item's postings (a fast but still exhaustive baseline for the benchmark).
+    """
+    new_keywords = list(new_keywords)
+    if rebuild:
+        retrieve_new = index.with_keywords(item_id, new_keywords).retrieve_bag
+    else:
+        old_bag = index.bag_of(item_id)
+        new_bag = keyword_bag(new_keywords) | index.own_terms[item_id]
+        postings = dict(index.postings)
+        for term in old_bag - new_bag:
+            postings[term] = postings[term] - {item_id}
+        for term in new_bag - old_bag:
+            postings[term] = postings.get(term, set()) | {item_id}
+
+        def retrieve_new(bag: Collection[str]) -> set[str]:
+            found: set[str] = set()
+            for term in bag:
+                found |= postings.get(term, set())
+            return found
+
+    total = 0.0
+    for qid in sorted(query_bags):
+        rel = relevant.get(qid, ())
+        total += (
+            set_prf(retrieve_new(query_bags[qid]), rel)[2]
+            - set_prf(index.retrieve_bag(query_bags[qid]), rel)[2]
+        )
+    return total
+
+
+# ---- 4. SFT targets ----------------------------------------------------------------------------------------
+
+
+def top_keywords(keyword_sets: Iterable[Sequence[str]], n: int) -> list[str]:
+    """The ``n`` keywords found in the most sets (a set counts a keyword once); ties by first appearance."""
+    counts: Counter[str] = Counter()
+    for keywords in keyword_sets:
+        counts.update(list(dict.fromkeys(keywords)))  # an iterable of keys: each distinct keyword once
+    return [k for k, _ in counts.most_common(n)]  # most_common keeps insertion order among equal counts
+
+
+def query_sft_targets(
+    catalog: Catalog, item_keywords: Mapping[str, Sequence[str]], n: int
+) -> dict[str, list[str]]:
+    """Each training query's target S_q: the top-``n`` keywords over its relevant items' initial keywords
+    (items in id order). Queries whose relevant items have no keyword at all get no target."""
+    targets = {}
+    for qid in catalog.split("train"):
+        keywords = top_keywords((item_keywords.get(i, ()) for i in sorted(catalog.relevant[qid])), n)
+        if keywords:
+            targets[qid] = keywords
+    return targets
+
+
+# ---- 5. Keyword files: one side's keyword sets, written by the evaluation that used them -------------------
+
+KEYWORD_FILES = {"query": "query_keywords.json", "item": "item_keywords.json"}
+TRAINED = "trained in this run"
+
+
+def read_keywords(
+    path: Path | None, meta: Mapping[str, Any], ids: Collection[str]
+) -> dict[str, list[str]] | None:
+    """The sets of ``ids`` stored at ``path`` if it was written for the same ``meta`` and holds them all."""
+    if path is None or not path.is_file():
+        return None
+    try:
+        stored = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        log.warning("ignoring unreadable keyword file %s: %s", path, err)
+        return None
+    if {k: stored.get("meta", {}).get(k) for k in meta} != dict(meta):
+        return None
+    keywords = stored.get("keywords", {})
+    if not set(ids) <= set(keywords):
+        return None
+    return {i: list(keywords[i]) for i in ids}
+
+
+def write_keywords(path: Path, meta: Mapping[str, Any], keywords: Mapping[str, Sequence[str]]) -> None:
+    """Store sets at ``path`` (merged with what is there for the same ``meta``), atomically."""
+    old = read_keywords(path, meta, ()) if path.is_file() else None
+    merged = {**(_stored(path) if old is not None else {}), **{k: list(v) for k, v in keywords.items()}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"meta": dict(meta), "keywords": merged}, ensure_ascii=False))
+    tmp.replace(path)
+
+
+def _stored(path: Path) -> dict[str, list[str]]:
+    return json.loads(path.read_text()).get("keywords", {})
+
+
+def _plain(value: Any) -> Any:
+    """A config value as plain data (sampling nodes may arrive as dataclasses)."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    return value
+
+
+# ---- 6. The task as the training loop sees it --------------------------------------------------------------
+
+
+@dataclass
+class WeightsSource:
+    """Where a side's weights come from: trained in this run, an earlier run's folder, or the base model."""
+
+    kind: str  # "trained" | "run" | "base"
+    folder: Path | None = None
+    model: str | None = None
+
+    def describe(self) -> str:
+        return {"trained": TRAINED, "run": f"run {self.folder}", "base": f"base model {self.model}"}[
+            self.kind
+        ]
+
+
+class CoGRTask(CatalogOnDemand, TaskBase):
+    """CoGR's prompts, SFT targets, rewards and evaluation; Hydra builds it by ``_target_``.
+
+    Args:
+        benchmark: catalog name (``CATALOGS``): ``wands`` or ``dl-pools-cpu``; or a ``Catalog``.
+        data_dir: prepared data folder.
+        benchmark_options: the catalog loader's options (``conf/benchmark/<name>.yaml``).
+        role_specs: the run's ``roles`` node (role -> {model, init_from}); ``init_from`` says where each
+            role's weights, and so its keyword files, come from.
+        model_path: the default model path (roles without their own model).
+        run_dir: this run's folder, where the evaluation writes the keyword sets it used.
+        cache_dir: where base-model keyword sets are shared (``<cache_dir>/cogr/``).
+        k_max: K_max, the keyword budget of the rewards (30).
+        item_budget: M, the item keywords asked for and kept for SFT (10).
+        query_budget: N, the size of the query SFT targets and the number asked for in the query prompt (15).
+        item_max_words: description words shown to the item generator (None: all).
+        shared_generator: one role ``shared`` writes both sides (the ablation); stages say which ``side`` they
+            train (``query``, ``item``; ``both`` for its SFT stage).
+        side: see ``shared_generator``; ignored with two generators (the role is the side).
+        require_item_init: stop when training without ``roles.item.init_from`` (CoGR*: the query side must
+            train over the SFT item index, not the base model's).
+        probe_queries / probe_items: the monitor's fixed probe sets (training queries; their relevant items).
+        index_sampling: the evaluation sampling; part of the identity of base-model keyword files.
+        seed: the base-model keyword file's identity (sampling is seeded by the run).
+    """
+
+    name = "cogr"
+    roles = ("query", "item")
+
+    def __init__(
+        self,
+        benchmark: str | Catalog,
+        data_dir: str | Path = "data",
+        benchmark_options: Mapping[str, Any] | None = None,
+        role_specs: Mapping[str, Any] | None = None,
+        model_path: str | None = None,
+        run_dir: str | Path | None = None,
+        cache_dir: str | Path | None = None,
+        k_max: int = 30,
+        item_budget: int = 10,
+        query_budget: int = 15,
+        item_max_words: int | None = None,
+        shared_generator: bool = False,
+        side: str | None = None,
+        require_item_init: bool = False,
+        probe_queries: int = 8,
+        probe_items: int = 16,
+        index_sampling: Any = None,
+        seed: int = 0,
+    ) -> None:
+        if min(k_max, item_budget, query_budget) < 1:
+            raise ValueError("k_max, item_budget and query_budget must be >= 1")
+        self._catalog_args = (benchmark, data_dir, dict(benchmark_options or {}))
+        self.k_max, self.item_budget, self.query_budget = k_max, item_budget, query_budget
+        self.item_max_words = item_max_words
+        self.shared = shared_generator
+        self.roles = ("shared",) if shared_generator else ("query", "item")
+        self.side_choice = side
+        self.require_item_init = require_item_init
+        self.probe_queries, self.probe_items = probe_queries, probe_items
+        self.role_specs = {r: dict(v or {}) for r, v in (role_specs or {}).items()}
+        self.model_path = model_path
+        self.run_dir = Path(run_dir) if run_dir else None
+        self.cache_dir = Path(cache_dir) if cache_dir else None
+        self.index_sampling = _plain(index_sampling)
+        self.seed = seed
+        self.role: str | None = None
+        self.generators: dict[str, Generator] = {}
+        self.side: str | None = None
+        self._index: KeywordIndex | None = None
+        self._counterfactual: ItemCounterfactual | None = None
+        self._meta: dict[str, dict[str, Any]] = {}
+        self.cost = {
+            "query_generations": 0,
+            "item_generations": 0,
+            "completion_tokens": 0,
+            "query_generate_s": 0.0,
+            "item_generate_s": 0.0,
+        }
+
+    # -- roles, sides and where their keywords come from
+    def role_of(self, side: str) -> str:
+        return "shared" if self.shared else side
+
+    def weights_source(self, side: str, at_start: bool = False) -> WeightsSource:
+        """Where the weights writing ``side`` come from; ``at_start``: before this run trained anything."""
+        role = self.role_of(side)
+        if role == self.role and not at_start:
+            return WeightsSource("trained")
+        init = self.role_specs.get(role, {}).get("init_from")
+        if init:
+            return WeightsSource("run", folder=Path(str(init)))
+        return self.base_source(side)
+
+    def base_source(self, side: str) -> WeightsSource:
+        """The base model of the role writing ``side`` (its own ``model`` node, else the run's model)."""
+        model = self.role_specs.get(self.role_of(side), {}).get("model")
+        path = model.get("path") if isinstance(model, Mapping) else None
+        return WeightsSource("base", model=str(path or self.model_path))
+
+    def keyword_meta(self, side: str) -> dict[str, Any]:
+        """What a stored keyword file must match: catalog, prompt, budgets, indexing sampling."""
+        if side not in self._meta:
+            self._meta[side] = self._keyword_meta(side)
+        return dict(self._meta[side])
+
+    def _keyword_meta(self, side: str) -> dict[str, Any]:
+        prompt = json.dumps(
+            [
+                PROMPTS[side],
+                self.query_budget if side == "query" else self.item_budget,
+                self.item_max_words if side == "item" else None,
+            ]
+        )
+        return {
+            "side": side,
+            "catalog": self.catalog.fingerprint(),
+            "prompt": hashlib.sha256(prompt.encode()).hexdigest()[:16],
+            "sampling": json.dumps(self.index_sampling, sort_keys=True, default=str),
+        }
+
+    def keyword_file(self, side: str, source: WeightsSource) -> Path | None:
+        """The file holding ``side``'s keyword sets for the weights ``source`` names (None: trained here)."""
+        if source.kind == "run":
+            return source.folder / KEYWORD_FILES[side]
+        if source.kind == "base" and self.cache_dir is not None:
+            key = json.dumps([source.model, self.keyword_meta(side), self.seed], sort_keys=True)
+            return (
+                self.cache_dir / "cogr" / f"{side}-base-{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
+            )
+        return None
+
+    def keywords(
+        self, side: str, ids: Sequence[str], generator: Generator | None, source: WeightsSource
+    ) -> dict[str, list[str]]:
+        """``side``'s keyword sets for ``ids`` from the weights ``source`` names: read from the file those
+        weights' run wrote when it has them all, else written now by ``generator`` (and stored)."""
+        meta = self.keyword_meta(side)
+        stored_meta = {**meta, "source": TRAINED} if source.kind == "run" else meta
+        path = self.keyword_file(side, source)
+        found = read_keywords(path, stored_meta, ids) if source.kind != "trained" else None
+        if found is not None:
+            log.info("%s keywords of %s read from %s", side, source.describe(), path)
+            self._record(side, found, source)
+            return found
+        if generator is None:
+            raise ConfigError(
+                f"no {side} keyword sets for the {self.role_of(side)!r} role's weights ({source.describe()}) "
+                f"and no generator to write them in this stage: the stage that produced those weights "
+                f"writes {KEYWORD_FILES[side]} when it finishes (base weights: the pipeline's `base` "
+                f"evaluation stage, which `python -m rankrl.pipeline experiment=cogr/...` runs first)"
+            )
+        made = self.generate(side, ids, generator)
+        if source.kind == "base" and path is not None:
+            write_keywords(path, meta, made)
+        self._record(side, made, source)
+        return made
+
+    def _record(self, side: str, keywords: Mapping[str, Sequence[str]], source: WeightsSource) -> None:
+        """Keep the sets this run used in its folder, saying whose weights wrote them."""
+        if self.run_dir is not None:
+            kind = TRAINED if source.kind == "trained" else source.describe()
+            write_keywords(
+                self.run_dir / KEYWORD_FILES[side], {**self.keyword_meta(side), "source": kind}, keywords
+            )
+
+    def generate(self, side: str, ids: Sequence[str], generator: Generator) -> dict[str, list[str]]:
+        """One generator call over every id (the engine batches); parsed keyword sets."""
+        if side == "query":
+            prompts = [query_messages(self.catalog.queries[q].text, self.query_budget) for q in ids]
+        else:
+            prompts = [
+                item_messages(self.catalog.items[i], self.item_budget, self.item_max_words) for i in ids
+            ]
+        start = time.perf_counter()
+        out = generator(prompts)
+        self.cost[f"{side}_generate_s"] += time.perf_counter() - start
+        self.cost[f"{side}_generations"] += len(out)
+        self.cost["completion_tokens"] += sum(g.completion_tokens for g in out)
+        return {i: parse_keywords(g.text) for i, g in zip(ids, out, strict=True)}
+
+    # -- binding a stage
+    def bind(self, role: str, generators: Mapping[str, Generator]) -> None:
+        super().bind(role, generators)
+        if self.shared:
+            if self.side_choice not in ("query", "item", "both"):
+                raise ConfigError(
+                    "a shared generator trains one side per stage: set task.side to query, item "
+                    f"or both (SFT), got {self.side_choice!r}"
+                )
+            self.side = self.side_choice
+        else:
+            self.side = role
+        if (
+            self.require_item_init
+            and self.side == "query"
+            and not self.role_specs.get("item", {}).get("init_from")
+        ):
+            raise ConfigError(
+                "CoGR* trains the query side over the SFT item index: set roles.item.init_from to the "
+                "sft_item stage of a finished cogr/cogr_<benchmark> pipeline (and roles.query.init_from "
+                "to its sft_query stage); experiments/cogr/reproduce.sh does"
+            )
+        self._index = self._counterfactual = None
+
+    def frozen_generator(self, side: str) -> Generator | None:
+        return self.generators.get(self.role_of(side)) if self.role_of(side) != self.role else None
+
+    def item_index(self) -> KeywordIndex:
+        """The item index of the item side's weights at the start of this stage (frozen, or the reference)."""
+        if self._index is None:
+            items = list(self.catalog.items)
+            keywords = self.keywords(
+                "item", items, self.frozen_generator("item"), self.weights_source("item", True)
+            )
+            self._index = build_index(self.catalog.items, keywords, self.k_max)
+        return self._index
+
+    def counterfactual(self) -> ItemCounterfactual:
+        """The frozen query side (training queries) against the reference item index."""
+        if self._counterfactual is None:
+            train = self.catalog.split("train")
+            keywords = self.keywords(
+                "query", train, self.frozen_generator("query"), self.weights_source("query", True)
+            )
+            bags = {q: query_bag(keywords[q], self.catalog.queries[q], self.k_max) for q in train}
+            self._counterfactual = ItemCounterfactual(self.item_index(), bags, self.catalog.relevant)
+        return self._counterfactual
+
+    # -- GRPO
+    def train_examples(self) -> list[Example]:
+        if self.side == "query":
+            self.item_index()
+            return [
+                Example(
+                    f"query:{q}",
+                    query_messages(self.catalog.queries[q].text, self.query_budget),
+                    {"side": "query", "id": q},
+                )
+                for q in self.catalog.split("train")
+            ]
+        if self.side == "item":
+            self.counterfactual()
+            return [
+                Example(
+                    f"item:{i}",
+                    item_messages(doc, self.item_budget, self.item_max_words),
+                    {"side": "item", "id": i},
+                )
+                for i, doc in self.catalog.items.items()
+            ]
+        raise ValueError(f"GRPO trains one side; this stage's side is {self.side!r} (call bind first)")
+
+    def score(self, examples: Sequence[Example], completions: Sequence[str]) -> Scores:
+        """R_q for query prompts, R_i for item prompts; format_ok = at least one keyword parsed."""
+        if len(examples) != len(completions):
+            raise ValueError(f"{len(examples)} examples for {len(completions)} completions: need one each")
+        parsed = [parse_keywords(c) for c in completions]
+        rewards = []
+        for ex, keywords in zip(examples, parsed):
+            side, ident = ex.target["side"], ex.target["id"]
+            if side == "query":
+                rewards.append(
+                    query_reward(
+                        keywords,
+                        self.catalog.queries[ident],
+                        self.catalog.relevant[ident],
+                        self.item_index(),
+                        self.k_max,
+                    )
+                )
+            else:
+                rewards.append(item_reward(keywords, ident, self.counterfactual(), self.k_max))
+        rewards_t = torch.tensor(rewards, dtype=torch.float32)
+        sizes = torch.tensor([float(len(k)) for k in parsed])
+        over = torch.tensor([float(len(k) > self.k_max) for k in parsed])
+        ok = torch.tensor([bool(k) for k in parsed], dtype=torch.bool)
+        stats = keyword_stats(parsed, self.k_max)
+        n = max(len(parsed), 1)
+        metrics = {
+            "reward": float(rewards_t.mean()) if rewards else 0.0,
+            "keywords": stats["keywords"],
+            "multiword": stats["multiword"],
+            "over_budget_rate": stats["over_budget"],
+            "format_error_rate": 1 - float(ok.sum()) / n,
+        }
+        return Scores(rewards_t, ok, {"num_keywords": sizes, "over_budget": over}, metrics)
+
+    # -- SFT
+    def base_item_keywords(self) -> dict[str, list[str]]:
+        """The base LLM's item keywords (first M): item SFT targets, and what query targets are made of.
+
+        They are the base model's whatever the item role starts from: its generator writes them only when the
+        item role is frozen at the base weights (the query SFT stage); otherwise they come from the file the
+        pipeline's ``base`` stage (or that SFT stage) wrote.
+        """
+        source = self.weights_source("item", at_start=True)
+        generator = self.frozen_generator("item") if source.kind == "base" else None
+        items = list(self.catalog.items)
+        found = self.keywords("item", items, generator, self.base_source("item"))
+        return {i: within_budget(found[i], self.item_budget) for i in items}
+
+    def sft_examples(self) -> list[SFTExample]:
+        if self.side not in ("query", "item", "both"):
+            raise ValueError(f"no SFT examples for side {self.side!r} (call bind first)")
+        base = self.base_item_keywords()
+        pairs: list[SFTExample] = []
+        if self.side in ("query", "both"):
+            for qid, target in query_sft_targets(self.catalog, base, self.query_budget).items():
+                pairs.append(
+                    SFTExample(
+                        f"query:{qid}",
+                        query_messages(self.catalog.queries[qid].text, self.query_budget),
+                        format_keywords(target),
+                    )
+                )
+        if self.side in ("item", "both"):
+            for iid, keywords in base.items():
+                if keywords:  # an item the base model wrote nothing usable for has no target
+                    pairs.append(
+                        SFTExample(
+                            f"item:{iid}",
+                            item_messages(self.catalog.items[iid], self.item_budget, self.item_max_words),
+                            format_keywords(keywords),
+                        )
+                    )
+        return pairs
+
+    # -- monitor and evaluation
+    def monitor(self, generators: Mapping[str, Generator]) -> dict[str, float]:
+        """Query stage: F1 of the current query generator on ``probe_queries`` training queries against the
+        frozen index. Item stage: mean counterfactual gain of the current item keywords of ``probe_items``
+        items relevant to training queries. SFT stages: nothing."""
+        if self.side == "query":
+            qids = self.catalog.split("train")[: self.probe_queries]
+            found = self.generate("query", qids, generators[self.role_of("query")])
+            f1 = [
+                query_reward(
+                    found[q], self.catalog.queries[q], self.catalog.relevant[q], self.item_index(), self.k_max
+                )
+                for q in qids
+            ]
+            return {"probe_f1": sum(f1) / max(len(f1), 1)}
+        if self.side == "item":
+            train = self.catalog.split("train")
+            items = sorted({i for q in train for i in self.catalog.relevant[q]})[: self.probe_items]
+            found = self.generate("item", items, generators[self.role_of("item")])
+            gains = [item_reward(found[i], i, self.counterfactual(), self.k_max) for i in items]
+            return {"probe_gain": sum(gains) / max(len(gains), 1)}
+        return {}
+
+    def evaluate(
+        self, generators: Mapping[str, Generator], split: str = "validation", limit: int | None = None
+    ) -> dict[str, Any]:
+        """Index the whole catalog with the item generator, search ``split``'s queries with the query
+        generator's sets; mean set precision, recall and F1 (``limit``: the first queries only, smoke runs).
+
+        Also reported: ``train_f1`` (training queries: their keyword sets are written anyway, for the next
+        item-side stage), keyword statistics of both sides (mean set size, share of multi-word keywords, share
+        over K_max), the mean retrieved-set size. Returns ``{"metrics", "run", "cost"}``; ``run`` ranks each
+        query's retrieved items by BM25 over the keyword bags.
+        """
+        if split not in SPLITS:
+            raise ValueError(f"CoGR evaluates split 'train' or 'validation', got {split!r}")
+        items = list(self.catalog.items)
+        item_kw = self.keywords(
+            "item", items, generators.get(self.role_of("item")), self.weights_source("item")
+        )
+        evaluated = self.catalog.split(split)[:limit]
+        train = self.catalog.split("train")
+        wanted = list(dict.fromkeys([*train, *evaluated]))
+        query_kw = self.keywords(
+            "query", wanted, generators.get(self.role_of("query")), self.weights_source("query")
+        )
+        index = build_index(self.catalog.items, item_kw, self.k_max)
+
+        def retrieved(qids: Sequence[str]) -> dict[str, set[str]]:
+            return {
+                q: index.retrieve_bag(query_bag(query_kw[q], self.catalog.queries[q], self.k_max))
+                for q in qids
+            }
+
+        found = retrieved(evaluated)
+        scores = [set_prf(found[q], self.catalog.relevant[q]) for q in evaluated]
+        train_found = {**retrieved([q for q in train if q not in found]), **found}
+        train_f1 = [set_prf(train_found[q], self.catalog.relevant[q])[2] for q in train]
+        n = max(len(scores), 1)
+        q_stats = keyword_stats([query_kw[q] for q in evaluated], self.k_max)
+        i_stats = keyword_stats([item_kw[i] for i in items], self.k_max)
+        metrics = {
+            "f1": sum(s[2] for s in scores) / n,
+            "precision": sum(s[0] for s in scores) / n,
+            "recall": sum(s[1] for s in scores) / n,
+            "train_f1": sum(train_f1) / max(len(train_f1), 1),
+            "retrieved": sum(len(found[q]) for q in evaluated) / n,
+            "query_keywords": q_stats["keywords"],
+            "query_multiword": q_stats["multiword"],
+            "query_over_budget": q_stats["over_budget"],
+            "item_keywords": i_stats["keywords"],
+            "item_multiword": i_stats["multiword"],
+            "item_over_budget": i_stats["over_budget"],
+            "num_queries": float(len(evaluated)),
+            "num_items": float(len(items)),
+        }
+        run: Run = {
+            q: dict(index.rank_bag(query_bag(query_kw[q], self.catalog.queries[q], self.k_max)))
+            for q in evaluated
+        }
+        return {"metrics": metrics, "run": run, "cost": dict(self.cost)}
+
+
+# ---- 7. Baselines: a first-stage ranking cut at the depth that maximises training F1 -----------------------
+
+
+def mean_f1_at_cutoffs(run: Run, relevant: Mapping[str, Collection[str]], max_k: int) -> list[float]:
+    """Mean set F1 over ``relevant``'s queries of each query's top k, for k = 1..max_k (index k-1)."""
+    if not relevant:
+        raise ValueError("no queries to choose a cutoff on")
+    totals = [0.0] * max_k
+    for qid, rel in relevant.items():
+        ranking = sorted(run.get(qid, {}).items(), key=lambda kv: (-kv[1], kv[0]))
+        hits = 0
+        for k in range(1, max_k + 1):
+            if k <= len(ranking):
+                hits += ranking[k - 1][0] in rel
+            totals[k - 1] += prf_from_counts(hits, min(k, len(ranking)), len(rel))[2]
+    return [t / len(relevant) for t in totals]
+
+
+def best_cutoff(run: Run, relevant: Mapping[str, Collection[str]], max_k: int) -> tuple[int, float]:
+    """The cutoff k in 1..max_k with the highest mean F1 (the smallest such k), and that F1."""
+    curve = mean_f1_at_cutoffs(run, relevant, max_k)
+    best = max(range(max_k), key=lambda i: (curve[i], -i))
+    return best + 1, curve[best]
+
+
+def retriever_factory(retriever: Any) -> Callable[..., Any]:
+    """A ``retriever`` group's partial as ``build(docs, cache_dir=...)``; the config node's ``name`` (the
+    choice's label) is dropped unless the retriever takes it (pyserini's index-folder prefix)."""
+    import functools
+    import inspect
+
+    if isinstance(retriever, functools.partial):
+        keywords = dict(retriever.keywords)
+        if "name" in keywords and "name" not in inspect.signature(retriever.func).parameters:
+            keywords.pop("name")
+        return functools.partial(retriever.func, *retriever.args, **keywords)
+    if callable(retriever):
+        return retriever
+    raise ConfigError(
+        f"a cutoff baseline needs a retriever (retriever=bm25 or retriever=minilm), got {retriever!r}"
+    )
+
+
+class CutoffBaselineTask(CatalogOnDemand):
+    """A first-stage retriever over the catalog (title + description) whose ranking is cut at one depth for
+    every query, the depth that maximises mean F1 on the training queries (the paper's rule for every
+    baseline); validation F1 at that depth. No model (``uses_model = False``).
+
+    Args:
+        benchmark / data_dir / benchmark_options: the catalog, as ``CoGRTask``.
+        retriever: the ``retriever`` group's partial (``bm25``: pyserini; ``minilm``: MiniLM + faiss).
+        cache_dir: where indexes and vectors are cached.
+        max_depth: the deepest cutoff tried (capped at the catalog size).
+    """
+
+    name = "cogr_cutoff"
+    uses_model = False
+    roles: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        benchmark: str | Catalog,
+        data_dir: str | Path = "data",
+        retriever: Any = None,
+        benchmark_options: Mapping[str, Any] | None = None,
+        cache_dir: str | Path | None = None,
+        max_depth: int = 1000,
+    ) -> None:
+        self.build = retriever_factory(retriever)
+        self._catalog_args = (benchmark, data_dir, dict(benchmark_options or {}))
+        self.cache_dir, self.max_depth = cache_dir, max_depth
+
+    def evaluate(
+        self, generators: Mapping[str, Any], split: str = "validation", limit: int | None = None
+    ) -> dict[str, Any]:
+        from rankrl.eval.metrics import mean_set_prf
+
+        if split not in SPLITS:
+            raise ValueError(f"CoGR evaluates split 'train' or 'validation', got {split!r}")
+        docs = list(self.catalog.items.values())
+        depth = max(1, min(self.max_depth, len(docs)))
+        retriever = self.build(docs, cache_dir=self.cache_dir)
+        train = self.catalog.split("train")
+        evaluated = self.catalog.split(split)[:limit]
+        texts = {q: self.catalog.queries[q].text for q in dict.fromkeys([*train, *evaluated])}
+        run = retriever.search(texts, depth)
+        k, train_f1 = best_cutoff(run, {q: self.catalog.relevant[q] for q in train}, depth)
+        cut = {q: dict(sorted(run.get(q, {}).items(), key=lambda kv: (-kv[1], kv[0]))[:k]) for q in evaluated}
+        precision, recall, f1 = mean_set_prf(cut, {q: self.catalog.relevant[q] for q in evaluated})
+        metrics = {
+            "f1": f1,
+            "precision": precision,
+            "recall": recall,
+            "train_f1": train_f1,
+            "cutoff": float(k),
+            "num_queries": float(len(evaluated)),
+            "num_items": float(len(docs)),
+        }
+        return {"metrics": metrics, "run": cut}
+
+
+# ---- 8. The co-evolution figure: each stage's evaluation, round after round --------------------------------
+
+ROUND_PANELS = (  # (title, ((metric, label), ...), y limits)
+    ("F1", (("f1", "validation F1"), ("train_f1", "training F1")), (0.0, 1.0)),
+    (
+        "mean keywords per set",
+        (("query_keywords", "query sets (validation)"), ("item_keywords", "item sets")),
+        None,
+    ),
+    (
+        "share of multi-word keywords",
+        (("query_multiword", "query sets"), ("item_multiword", "item sets")),
+        (0.0, 1.0),
+    ),
+)
+
+
+def stage_records(runs_dir: str | Path, pipeline: str) -> list[dict[str, Any]]:
+    """Each finished stage of a CoGR pipeline experiment (``cogr/<pipeline>/<stage>``), newest run per
+    (scale, model, seed, stage), ordered by when the stage finished."""
+    found: dict[tuple, dict[str, Any]] = {}
+    for path in Path(runs_dir).rglob("metrics.json"):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        experiment = str(record.get("experiment") or "")
+        if not experiment.startswith(f"{pipeline}/") or "f1" not in record.get("metrics", {}):
+            continue
+        stage = experiment[len(pipeline) + 1 :]
+        key = (record.get("scale"), record.get("model"), record.get("seed"), stage)
+        if key not in found or str(record.get("created")) > str(found[key].get("created")):
+            found[key] = {**record, "stage": stage}
+    return sorted(found.values(), key=lambda r: str(r.get("created")))
+
+
+def draw_rounds(records: Sequence[Mapping[str, Any]], title: str, out_base: Path) -> list[Path]:
+    """Validation / training F1 and keyword statistics after each stage: ``<out_base>.png`` and ``.csv``."""
+    import pandas as pd
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    rows = [
+        {
+            "stage": r["stage"],
+            "trained": r.get("train_role") or "-",
+            "seed": r.get("seed"),
+            "scale": r.get("scale"),
+            "model": r.get("model"),
+            **{k: r["metrics"].get(k) for _, series, _ in ROUND_PANELS for k, _ in series},
+        }
+        for r in records
+    ]
+    frame = pd.DataFrame(rows)
+    fig = Figure(figsize=(5.0 * len(ROUND_PANELS), 3.8), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, len(ROUND_PANELS))
+    x = list(range(len(frame)))
+    for ax, (label, series, ylim) in zip(axes, ROUND_PANELS):
+        for key, name in series:
+            ax.plot(x, frame[key], marker="o", label=name)
+        if ylim:
+            ax.set_ylim(ylim[0] - 0.02, ylim[1] + 0.02)
+        ax.set_xticks(x, [f"{s}\n({t})" for s, t in zip(frame["stage"], frame["trained"])], fontsize=7)
+        ax.set_title(label, fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    scale, model = (
+        ", ".join(sorted(set(map(str, frame["scale"])))),
+        ", ".join(sorted(set(map(str, frame["model"])))),
+    )
+    fig.suptitle(f"{title} (scale {scale}, model {model}; x: stage, role trained)", fontsize=11)
+    out_base.parent.mkdir(parents=True, exist_ok=True)
+    png, csv = out_base.with_suffix(".png"), out_base.with_suffix(".csv")
+    fig.savefig(png, dpi=120)
+    frame.to_csv(csv, index=False)
+    return [png, csv]
+
+
+def draw_all_rounds(
+    runs_dir: str | Path,
+    out_dir: str | Path,
+    pipelines: Sequence[str] = ("cogr/cogr_dlpools", "cogr/cogr_wands"),
+) -> list[Path]:
+    """One co-evolution figure per pipeline experiment, scale, model and seed with >= 2 finished stages."""
+    written: list[Path] = []
+    for pipeline in pipelines:
+        records = stage_records(runs_dir, pipeline)
+        groups: dict[tuple, list] = {}
+        for r in records:
+            groups.setdefault((r.get("scale"), r.get("model"), r.get("seed")), []).append(r)
+        for (scale, model, seed), group in groups.items():
+            if len(group) < 2:
+                continue
+            name = f"rounds_{pipeline.split('/')[-1]}_{scale}-{model}" + (f"_seed{seed}" if seed else "")
+            written += draw_rounds(group, f"CoGR co-evolution, {pipeline}", Path(out_dir) / name)
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m rankrl.tasks.cogr figures [--runs-dir outputs] [--out-dir experiments/cogr]``."""
+    import argparse
+
+    from rankrl.config import REPO_ROOT
+
+    parser = argparse.ArgumentParser(prog="python -m rankrl.tasks.cogr", description=main.__doc__)
+    parser.add_argument("command", choices=["figures"])
+    parser.add_argument("--runs-dir", default=os.environ.get("RANKRL_LOG_DIR", str(REPO_ROOT / "outputs")))
+    parser.add_argument("--out-dir", default=str(REPO_ROOT / "experiments" / "cogr"))
+    args = parser.parse_args(argv)
+    for path in draw_all_rounds(args.runs_dir, args.out_dir):
+        print(path)
+
+
+if __name__ == "__main__":
+    main()
