@@ -1,0 +1,800 @@
+"""F-GRPO: one LLM writes a slate of candidates and then ranks it, in one rollout (Surana et al., 2026).
+
+The method, in the order of the paper (arXiv 2605.12995):
+1. Problem. A context x (a user's history, or a question) and a pool E of 20 candidates. The policy writes
+   ``<SLATE>`` up to n items of E ``</SLATE>`` (the slate tau), then ``<RANK>`` its top k of them, best first
+   ``</RANK>`` (the permutation sigma), in one autoregressive pass (n = 10, k = 5 by default).
+2. Two rewards. ``R_slate(x, tau)`` is order-invariant coverage of the distinct relevant items (recall;
+   F1 is the paper's ablation); ``R_rank(x, tau, sigma)`` is the position-aware utility of the ranked list
+   (NDCG@k). Malformed output gets the constant p_fmt = -1 instead: both phases when ``<SLATE>`` is missing,
+   the rank phase alone when only ``<RANK>`` is missing or malformed, or names an item that is not in the slate.
+3. Factorized credit. F-GRPO gives the slate tokens the group-relative advantage of R_slate and the rank
+   tokens that of R_rank; delimiter tokens get no loss. L = L_slate + lambda L_rank, beta_KL = 0, from an
+   SFT warm start. Here that is ``Scores.spans`` (character ranges of the slate and rank *contents*), which
+   the core turns into token masks (``rankrl.rl.spans``); lambda is ``trainer.span_weights.rank``.
+   The GRPO baseline (``factorized=False``) gives every token one advantage from R_slate + lambda R_rank.
+4. Baselines: zero-shot (one call, the same prompt), zero-shot two-step (select, then rank the selection in a
+   second call), factorized SFT (both tags), decoupled SFT (a selector and a ranker trained separately, the
+   ranker on gold slates, chained at inference: ``TwoStepTask`` with roles ``selector`` and ``ranker``).
+5. Metrics on the final ranked list: Recall/NDCG/Precision/Hit@{1,3,5} (ir_measures), slate recall and
+   precision, and error attribution: each gold item missed at cutoff c is a *slate miss* (never proposed)
+   or a *rank drop* (proposed, then not ranked in the top c).
+
+Benchmarks (20 candidates each, rules in ``rankrl.data.recsys`` / ``rankrl.data.qa``): MovieLens-100K and
+Last.fm (1 target + 19 items the user never interacted with; leave-one-out: test = last item, dev = the one
+before, train = the one before that; MovieLens by timestamp, Last.fm by play count ascending since it has no
+timestamps), HotpotQA (exactly 2 gold among its 10 paragraphs + 10 corpus passages) and MuSiQue (its 20
+paragraphs, 2-4 gold). QA passages are shown under abstract ids 1..20 after a seeded shuffle.
+
+No official code is public; the prompts below are written from the paper's description (Appendix H/I:
+``<SLATE>``/``<RANK>`` tags, "up to n", "top k", ids only from the candidate list), and the SFT targets
+(gold items plus seeded fillers, gold ranked first) are our reading of Appendix E.1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rankrl.data.common import keyed_rng
+from rankrl.data.records import Benchmark, Query
+from rankrl.rl.task import Span
+from rankrl.rollout.base import Generator, Messages
+from rankrl.tasks.base import Example, Scores, SFTExample, TaskBase
+
+FORMAT_PENALTY = -1.0  # p_fmt (Appendix C.3)
+CUTOFFS = (1, 3, 5)
+SLATE_REWARDS = ("recall", "f1")
+
+# ---- 1. Candidate pools -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Domain:
+    """How a benchmark's prompt names its items and its context."""
+
+    items: str  # "movies"
+    context: str  # the line above the history (or the question)
+    relevant: str  # what makes an item relevant
+    gold_counts: tuple[int, int]  # allowed number of gold items per pool (min, max)
+
+
+DOMAINS = {
+    "movielens-100k": Domain("movies", "Movies the user watched, oldest first:",
+                             "the movie the user will watch next", (1, 1)),
+    "lastfm": Domain("artists", "Artists the user listened to, least played first:",
+                     "the artist the user plays most", (1, 1)),
+    "hotpotqa": Domain("passages", "Question:", "the passages needed to answer the question", (2, 2)),
+    "musique": Domain("passages", "Question:", "the passages needed to answer the question", (2, 4)),
+}
+QA_BENCHMARKS = ("hotpotqa", "musique")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One item of a pool: ``key`` is its docid, ``label`` how the model writes it, ``text`` what it reads."""
+
+    key: str
+    label: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A context and its candidates, as one prompt shows them; ``gold`` holds the relevant keys."""
+
+    uid: str
+    benchmark: str
+    context: tuple[str, ...]
+    candidates: tuple[Candidate, ...]
+    gold: frozenset[str]
+    show_labels: bool  # abstract ids: list candidates as "label: text"; else the name is the label
+
+    @cached_property
+    def lookup(self) -> dict[str, str]:
+        """normalised label -> key."""
+        return {normalise_item(c.label): c.key for c in self.candidates}
+
+    @cached_property
+    def separators(self) -> re.Pattern:
+        """What separates written items: ids are split at commas, semicolons and whitespace; names at
+        semicolons and newlines, and at commas unless some name holds one ("Shawshank Redemption, The")."""
+        if self.show_labels:
+            return _SPLIT_IDS
+        return _SPLIT_NAMES if any("," in c.label for c in self.candidates) else _SPLIT_NAMES_COMMAS
+
+    @cached_property
+    def by_key(self) -> dict[str, Candidate]:
+        return {c.key: c for c in self.candidates}
+
+    @property
+    def domain(self) -> Domain:
+        return DOMAINS[self.benchmark]
+
+
+def _cut(text: str, chars: int | None) -> str:
+    """``text`` on one line, cut to whole words within ``chars`` characters (a CPU-scale budget; None keeps it
+    whole); a first word longer than that is cut inside."""
+    text = " ".join(text.split())
+    if chars is None or len(text) <= chars:
+        return text
+    head = text[: chars + 1]
+    return head[: head.rfind(" ")] if " " in head else text[:chars]
+
+
+def _unique_labels(names: Sequence[str]) -> list[str]:
+    """Names made distinct after normalisation (MovieLens lists a few titles twice): repeats get " (2)"."""
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        key = normalise_item(name)
+        seen[key] = seen.get(key, 0) + 1
+        out.append(name if seen[key] == 1 else f"{name} ({seen[key]})")
+    return out
+
+
+ID_STYLES = ("numbers", "letters")
+
+
+def abstract_ids(count: int, style: str = "numbers") -> list[str]:
+    """Ids 1..count, or a..z (one token each for most tokenizers; at most 26)."""
+    if style == "letters":
+        if count > 26:
+            raise ValueError(f"letter ids name at most 26 candidates, not {count}")
+        return [chr(ord("a") + i) for i in range(count)]
+    return [str(i + 1) for i in range(count)]
+
+
+def recsys_pool(bench: Benchmark, query: Query, item_ids: bool = False, max_history: int | None = None,
+                text_chars: int | None = None, id_style: str = "numbers") -> Pool:
+    """A user's pool: the history (most recent ``max_history`` items) and the loader's 20 candidates in the
+    loader's seeded order; items are written by name, or by abstract ids when ``item_ids``."""
+    history = list(query.extra["history"])[-max_history:] if max_history else list(query.extra["history"])
+    keys = list(query.extra["candidates"])
+    names = [_cut(bench.corpus[k].title or bench.corpus[k].text, text_chars) for k in keys]
+    labels = abstract_ids(len(keys), id_style) if item_ids else _unique_labels(names)
+    candidates = tuple(Candidate(k, label, name) for k, label, name in zip(keys, labels, names))
+    context = tuple(_cut(bench.corpus[i].title or bench.corpus[i].text, text_chars) for i in history)
+    return Pool(query.qid, bench.name, context, candidates, frozenset(bench.qrels[query.qid]), item_ids)
+
+
+def qa_pool(bench: Benchmark, query: Query, seed: int = 0, text_chars: int | None = None,
+            id_style: str = "numbers") -> Pool:
+    """A question's 20 passages under abstract ids (1..20), after a shuffle seeded by (seed, question)."""
+    keys = list(query.extra["candidates"])
+    keyed_rng(seed, f"fgrpo-ids:{query.qid}").shuffle(keys)
+    texts = [_cut(f"{bench.corpus[k].title}: {bench.corpus[k].text}", text_chars) for k in keys]
+    labels = abstract_ids(len(keys), id_style)
+    candidates = tuple(Candidate(k, label, t) for k, label, t in zip(keys, labels, texts))
+    return Pool(query.qid, bench.name, (query.text,), candidates, frozenset(bench.qrels[query.qid]), True)
+
+
+def check_pool(pool: Pool, num_candidates: int) -> Pool:
+    """The benchmark's rules hold: ``num_candidates`` distinct candidates, gold among them, as many gold
+    items as the benchmark allows, labels that stay distinct after normalisation."""
+    lo, hi = pool.domain.gold_counts
+    keys = [c.key for c in pool.candidates]
+    problems = []
+    if len(keys) != num_candidates or len(set(keys)) != len(keys):
+        problems.append(f"{len(set(keys))} distinct candidates of {len(keys)} (need {num_candidates})")
+    if not pool.gold <= set(keys):
+        problems.append(f"gold {sorted(pool.gold - set(keys))} not among the candidates")
+    if not lo <= len(pool.gold) <= hi:
+        problems.append(f"{len(pool.gold)} gold items (the benchmark's rule: {lo}..{hi})")
+    if len(pool.lookup) != len(keys):
+        problems.append("two candidates share a label after normalisation")
+    if problems:
+        raise ValueError(f"{pool.benchmark} pool {pool.uid!r}: " + "; ".join(problems))
+    return pool
+
+
+# ---- 2. Prompts ---------------------------------------------------------------------------------------------
+
+SYSTEM = "You select and rank candidates. Answer only in the requested format."
+
+
+def _candidate_lines(pool: Pool, keys: Sequence[str] | None = None) -> str:
+    chosen = [pool.by_key[k] for k in keys] if keys is not None else pool.candidates
+    if pool.show_labels:
+        return "\n".join(f"{c.label}: {c.text}" for c in chosen)
+    return "\n".join(c.label for c in chosen)
+
+
+def _how_to_write(pool: Pool) -> str:
+    if pool.show_labels:
+        return "Write candidates by their id, separated by spaces"
+    return "Write candidates by their exact name, separated by semicolons"
+
+
+def _head(pool: Pool) -> str:
+    d = pool.domain
+    return f"{d.context}\n" + "\n".join(pool.context) + f"\n\nCandidate {d.items}:\n"
+
+
+def factorized_messages(pool: Pool, n: int = 10, k: int = 5) -> Messages:
+    """The unified prompt: a slate of up to n candidates, then the top k of that slate, in one answer."""
+    d = pool.domain
+    user = (_head(pool) + _candidate_lines(pool) + f"\n\nFirst list up to {n} candidates that may be "
+            f"{d.relevant} between <SLATE> and </SLATE>. Then rank the top {k} of your slate, best first, "
+            f"between <RANK> and </RANK>. {_how_to_write(pool)}.")
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+
+
+def select_messages(pool: Pool, n: int = 10) -> Messages:
+    """Two-step, step 1: select up to n candidates (a slate only)."""
+    d = pool.domain
+    user = (_head(pool) + _candidate_lines(pool) + f"\n\nList up to {n} candidates that may be {d.relevant} "
+            f"between <SLATE> and </SLATE>. {_how_to_write(pool)}.")
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+
+
+def rank_messages(pool: Pool, slate: Sequence[str], k: int = 5) -> Messages:
+    """Two-step, step 2: rank a given slate (keys); only its items are shown, so none can be invented."""
+    d = pool.domain
+    user = (f"{d.context}\n" + "\n".join(pool.context) + f"\n\nSelected {d.items}:\n"
+            + _candidate_lines(pool, slate) + f"\n\nRank the top {k} of the selected {d.items} by how likely "
+            f"each is {d.relevant}, best first, between <RANK> and </RANK>. Use only the selected "
+            f"{d.items}. {_how_to_write(pool)}.")
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+
+
+# ---- 3. Parsing (linear time, never raises) ----------------------------------------------------------------
+
+_TAGS = {name: (re.compile(f"<{name}>", re.IGNORECASE), re.compile(f"</{name}>", re.IGNORECASE))
+         for name in ("SLATE", "RANK")}
+_ANY_TAG = re.compile(r"</?(?:SLATE|RANK)>", re.IGNORECASE)
+_ENUMERATION = re.compile(r"(?:\d{1,3}[.)]\s+|[-*\u2022]\s*)")  # "1. ", "2) ", "- ", "* ", "• "
+_SPLIT_IDS = re.compile(r"[,;\s]")
+_SPLIT_NAMES_COMMAS = re.compile(r"[,;\n]")
+_SPLIT_NAMES = re.compile(r"[;\n]")
+_STRIP = " \t\"'`#."
+
+
+def normalise_item(text: str) -> str:
+    """One written item, normalised for matching: NFKC, case-folded, whitespace collapsed, an enumeration
+    prefix, quotes, a trailing period and surrounding brackets removed. Candidate labels go through the
+    same function, so "[7]", " 7." and "7" all name candidate 7, and "THE MATRIX" names "The Matrix"."""
+    text = " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+    enumerated = _ENUMERATION.match(text)
+    if enumerated and enumerated.end() < len(text):
+        text = text[enumerated.end():]
+    text = text.strip(_STRIP)
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1].strip(_STRIP)
+    return text
+
+
+def split_items(content: str, separators: re.Pattern = _SPLIT_IDS) -> list[str]:
+    """Distinct normalised items of a tag's content, in order (empty pieces dropped, repeats kept once)."""
+    seen: dict[str, None] = {}
+    for piece in separators.split(content):
+        item = normalise_item(piece)
+        if item:
+            seen.setdefault(item, None)
+    return list(seen)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One tag's content: its distinct normalised items and the character range of the content."""
+
+    items: tuple[str, ...]
+    start: int
+    end: int
+
+
+def find_phase(text: str, tag: str, start: int = 0,
+               separators: re.Pattern = _SPLIT_IDS) -> tuple[Phase | None, int]:
+    """The first ``<tag>...</tag>`` at or after ``start``, and where it ends (``start`` when absent).
+
+    None when the opening tag is missing, is never closed, or its content holds another tag (nested or
+    interleaved tags are malformed). Each search starts where the previous one stopped: linear time.
+    """
+    opening, closing = _TAGS[tag]
+    found = opening.search(text, start)
+    if found is None:
+        return None, start
+    close = closing.search(text, found.end())
+    if close is None:
+        return None, start
+    content = text[found.end():close.start()]
+    if _ANY_TAG.search(content):
+        return None, start
+    return Phase(tuple(split_items(content, separators)), found.end(), close.start()), close.end()
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """A factorized answer: the slate and the rank (None when missing or malformed), and where the text
+    after ``</SLATE>`` begins (the stretch that a malformed rank is blamed on)."""
+
+    slate: Phase | None
+    rank: Phase | None
+    after_slate: int
+
+
+def parse_completion(text: Any, separators: re.Pattern = _SPLIT_IDS) -> Parsed:
+    """``<SLATE>`` ... ``</SLATE>`` then ``<RANK>`` ... ``</RANK>`` after it. Never raises: anything that is
+    not a string parses as nothing."""
+    if not isinstance(text, str):
+        return Parsed(None, None, 0)
+    slate, after = find_phase(text, "SLATE", 0, separators)
+    if slate is None:
+        return Parsed(None, None, 0)
+    rank, _ = find_phase(text, "RANK", after, separators)
+    return Parsed(slate, rank, after)
+
+
+# ---- 4. Rewards ---------------------------------------------------------------------------------------------
+
+
+def keys_of(items: Sequence[str], pool: Pool) -> list[str]:
+    """Written items as candidate keys; an item that names no candidate gets a non-candidate id of its own
+    (a digest of its text: distinct items stay distinct, so an unknown item still takes up a rank)."""
+    return [pool.lookup.get(item) or "?" + hashlib.blake2b(item.encode(), digest_size=8).hexdigest()
+            for item in items]
+
+
+def slate_reward(slate_keys: Sequence[str], gold: frozenset[str], kind: str = "recall") -> float:
+    """Order-invariant coverage of the distinct relevant items: recall (default) or F1 (the ablation)."""
+    from rankrl.eval.metrics import set_prf
+
+    precision, recall, f1 = set_prf(set(slate_keys), gold)
+    return recall if kind == "recall" else f1
+
+
+def rank_rewards(rankings: Sequence[Sequence[str]], golds: Sequence[frozenset[str]], k: int = 5) -> list[float]:
+    """NDCG@k of each ranked list (binary gains), one ir_measures call for the whole batch."""
+    from rankrl.eval.metrics import per_query
+
+    if not rankings:
+        return []
+    qrels = {str(i): {g: 1 for g in gold} for i, gold in enumerate(golds)}
+    run = {str(i): {d: float(len(r) - j) for j, d in enumerate(r)} for i, r in enumerate(rankings) if r}
+    table = per_query(run, qrels, [f"nDCG@{k}"])
+    return [float(table.loc[str(i), f"nDCG@{k}"]) for i in range(len(rankings))]
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One completion's verdict: the keys it proposed and ranked, which rule applied, and the spans.
+
+    status: ``ok``; ``no_slate`` (missing, unclosed or nested ``<SLATE>``: both phases get p_fmt);
+    ``bad_rank`` (``<RANK>`` missing or malformed: the rank phase gets p_fmt); ``outside_slate`` (the rank
+    names an item that is not in the slate: the rank phase gets p_fmt).
+    """
+
+    status: str
+    slate: tuple[str, ...]
+    rank: tuple[str, ...]
+    slate_range: tuple[int, int] | None
+    rank_range: tuple[int, int] | None
+
+
+def judge_completion(text: str, pool: Pool, n: int = 10, k: int = 5) -> Judged:
+    """Apply the case rules to one completion (the rewards themselves come from ``phase_rewards``).
+
+    Only the first n distinct slate items and the first k distinct ranked items count. Spans cover the tag
+    *contents*, so delimiters get no gradient; with no slate the whole completion carries both penalties,
+    with a bad rank the text after ``</SLATE>`` carries the rank penalty.
+    """
+    if not isinstance(text, str):
+        text = ""
+    whole = (0, len(text)) if text else None
+    parsed = parse_completion(text, pool.separators)
+    if parsed.slate is None:
+        return Judged("no_slate", (), (), whole, whole)
+    slate_items = parsed.slate.items[:n]
+    slate = tuple(keys_of(slate_items, pool))
+    slate_range = (parsed.slate.start, parsed.slate.end)
+    if parsed.rank is None or not parsed.rank.items:
+        tail = (parsed.after_slate, len(text)) if parsed.after_slate < len(text) else None
+        return Judged("bad_rank", slate, (), slate_range, tail)
+    rank_items = parsed.rank.items[:k]
+    rank = tuple(keys_of(rank_items, pool))
+    status = "ok" if set(rank_items) <= set(slate_items) else "outside_slate"
+    return Judged(status, slate, rank, slate_range, (parsed.rank.start, parsed.rank.end))
+
+
+def phase_rewards(judged: Sequence[Judged], pools: Sequence[Pool], k: int = 5, kind: str = "recall",
+                  penalty: float = FORMAT_PENALTY) -> tuple[torch.Tensor, torch.Tensor]:
+    """(R_slate, R_rank), each (N,), with p_fmt where the case rules say so."""
+    r_slate = [penalty if j.status == "no_slate" else slate_reward(j.slate, p.gold, kind)
+               for j, p in zip(judged, pools)]
+    valid = [i for i, j in enumerate(judged) if j.status == "ok"]
+    ndcg = dict(zip(valid, rank_rewards([judged[i].rank for i in valid], [pools[i].gold for i in valid], k)))
+    r_rank = [ndcg.get(i, penalty) for i in range(len(judged))]
+    return torch.tensor(r_slate, dtype=torch.float32), torch.tensor(r_rank, dtype=torch.float32)
+
+
+# ---- 5. SFT targets -----------------------------------------------------------------------------------------
+
+
+def sft_slate(pool: Pool, n: int, seed: int = 0) -> list[str]:
+    """A gold slate: every gold item plus seeded non-gold fillers up to n, in the order of the prompt's list
+    (so the slate carries no hint of which items are gold)."""
+    others = [c.key for c in pool.candidates if c.key not in pool.gold]
+    size = max(0, min(n - len(pool.gold), len(others)))
+    fill = set(keyed_rng(seed, f"sft-slate:{pool.uid}").sample(others, size))
+    return [c.key for c in pool.candidates if c.key in pool.gold or c.key in fill]
+
+
+def sft_rank(pool: Pool, slate: Sequence[str], k: int) -> list[str]:
+    """The gold items of the slate first, then the rest, each in slate order; the first k."""
+    return ([s for s in slate if s in pool.gold] + [s for s in slate if s not in pool.gold])[:k]
+
+
+def write_items(pool: Pool, keys: Sequence[str]) -> str:
+    sep = " " if pool.show_labels else "; "
+    return sep.join(pool.by_key[key].label for key in keys)
+
+
+def factorized_answer(pool: Pool, slate: Sequence[str], rank: Sequence[str]) -> str:
+    return f"<SLATE>{write_items(pool, slate)}</SLATE>\n<RANK>{write_items(pool, rank)}</RANK>"
+
+
+# ---- 6. Evaluation ------------------------------------------------------------------------------------------
+
+RANKED_MEASURES = [f"{m}@{c}" for m in ("R", "nDCG", "P", "Success") for c in CUTOFFS]
+
+
+def final_ranking(rank: Sequence[str], pool: Pool, k: int) -> list[str]:
+    """The list that is scored: the ranked items that are candidates of the pool, the first k."""
+    return [key for key in rank if key in pool.by_key][:k]
+
+
+def ranking_metrics(pools: Sequence[Pool], slates: Sequence[Sequence[str]],
+                    rankings: Sequence[Sequence[str]]) -> dict[str, float]:
+    """Ranked measures (ir_measures, trec_eval ``-c``), slate recall/precision and error attribution.
+
+    ``Hit@c`` is ir_measures' ``Success@c``. ``miss_slate@c`` / ``miss_rank@c``: the share of all gold items
+    that are not in the top c because the slate never proposed them / because the ranking dropped them
+    from the top c although the slate had them. With the share of gold items found in the top c they add up
+    to 1 (that share is ``R@c`` when every query has one gold item).
+    """
+    from rankrl.eval.metrics import evaluate_run, mean_set_prf
+
+    qrels = {p.uid: {g: 1 for g in p.gold} for p in pools}
+    run = {p.uid: {d: float(len(r) - j) for j, d in enumerate(r)} for p, r in zip(pools, rankings) if r}
+    metrics = {m.replace("Success", "Hit"): v for m, v in evaluate_run(run, qrels, RANKED_MEASURES).items()}
+    proposed = {p.uid: [s for s in slate if s in p.by_key] for p, slate in zip(pools, slates)}
+    precision, recall, _ = mean_set_prf(proposed, {p.uid: p.gold for p in pools})
+    metrics |= {"slate_recall": recall, "slate_precision": precision,
+                "slate_size": sum(len(s) for s in proposed.values()) / max(len(pools), 1)}
+    total = sum(len(p.gold) for p in pools) or 1
+    for c in CUTOFFS:
+        missed_slate = missed_rank = 0
+        for p, r in zip(pools, rankings):
+            for gold in p.gold - set(r[:c]):
+                if gold in proposed[p.uid]:
+                    missed_rank += 1
+                else:
+                    missed_slate += 1
+        metrics |= {f"miss_slate@{c}": missed_slate / total, f"miss_rank@{c}": missed_rank / total}
+    return metrics
+
+
+# ---- 7. The task as the loop sees it ------------------------------------------------------------------------
+
+
+@dataclass
+class FGRPOTask(TaskBase):
+    """Slate-then-rank in one rollout, trained by SFT then F-GRPO (or GRPO); Hydra builds it by ``_target_``.
+
+    Args:
+        benchmark: ``movielens-100k``, ``lastfm``, ``hotpotqa`` or ``musique`` (or a loaded ``Benchmark``).
+        benchmark_options: its loader's options (``conf/benchmark/<name>.yaml``).
+        data_dir: the prepared data folder.
+        factorized: True = F-GRPO (slate and rank spans, each its own advantage); False = the GRPO baseline
+            (one reward R_slate + lam R_rank for every token, no spans).
+        lam: lambda, the weight of the rank phase (in the GRPO reward; F-GRPO's span weight is
+            ``trainer.span_weights.rank``, which the experiments tie to this value).
+        slate_size / rank_size: n and k (10 and 5 in the paper).
+        slate_reward: ``recall`` (paper default) or ``f1``.
+        format_penalty: p_fmt.
+        item_ids: recommendation items written as abstract ids instead of names (a CPU-scale
+            shortening; QA passages always use abstract ids).
+        id_style: abstract ids as ``numbers`` 1..20 (default) or ``letters`` a..t (one token each: CPU scale).
+        max_history: recommendation history items shown (the most recent; the loader keeps up to 20).
+        text_chars: each shown item or passage cut to this many characters (None: whole; CPU scale).
+        train_queries / eval_queries: the first N queries of the train / evaluation split (None: all).
+        probe_queries: dev queries that ``monitor`` generates for (the training curves' held-out probe).
+        num_candidates: the pool size every query must have.
+        seed: the QA id shuffle and the SFT fillers.
+    """
+
+    name = "fgrpo"
+
+    benchmark: str | Benchmark = "movielens-100k"
+    benchmark_options: Mapping[str, Any] | None = None
+    data_dir: str | Path = "data"
+    factorized: bool = True
+    lam: float = 1.0
+    slate_size: int = 10
+    rank_size: int = 5
+    slate_reward: str = "recall"
+    format_penalty: float = FORMAT_PENALTY
+    item_ids: bool = False
+    id_style: str = "numbers"
+    max_history: int | None = None
+    text_chars: int | None = None
+    train_queries: int | None = None
+    eval_queries: int | None = None
+    probe_queries: int = 8
+    num_candidates: int = 20
+    seed: int = 0
+    _pools: dict[str, list[Pool]] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        name = self.benchmark if isinstance(self.benchmark, str) else self.benchmark.name
+        if name not in DOMAINS:
+            raise ValueError(f"F-GRPO benchmark {name!r} unknown; valid: {', '.join(DOMAINS)}")
+        if self.id_style not in ID_STYLES:
+            raise ValueError(f"id_style={self.id_style!r}; valid: {', '.join(ID_STYLES)}")
+        if self.slate_reward not in SLATE_REWARDS:
+            raise ValueError(f"slate_reward={self.slate_reward!r}; valid: {', '.join(SLATE_REWARDS)}")
+        if not 1 <= self.rank_size <= self.slate_size:
+            raise ValueError(f"need 1 <= rank_size <= slate_size, got {self.rank_size} and {self.slate_size}")
+        if self.format_penalty >= 0 or self.lam < 0:
+            raise ValueError(f"need format_penalty < 0 and lam >= 0, got {self.format_penalty} and {self.lam}")
+
+    # -- data
+    @cached_property
+    def bench(self) -> Benchmark:
+        if isinstance(self.benchmark, Benchmark):
+            return self.benchmark
+        from rankrl.data import load_benchmark
+
+        return load_benchmark(self.benchmark, self.data_dir, **dict(self.benchmark_options or {}))
+
+    def pools(self, split: str, limit: int | None = None) -> list[Pool]:
+        """The checked pools of a split's first ``limit`` queries."""
+        if split not in self._pools:
+            bench = self.bench
+            queries = bench.split(split)
+            if bench.name in QA_BENCHMARKS:
+                pools = [qa_pool(bench, q, self.seed, self.text_chars, self.id_style) for q in queries]
+            else:
+                pools = [recsys_pool(bench, q, self.item_ids, self.max_history, self.text_chars, self.id_style)
+                         for q in queries]
+            self._pools[split] = [check_pool(p, self.num_candidates) for p in pools]
+        return self._pools[split][:limit]
+
+    def train_pools(self) -> list[Pool]:
+        return self.pools("train", self.train_queries)
+
+    def eval_pools(self, split: str, limit: int | None = None) -> list[Pool]:
+        cap = [x for x in (self.eval_queries, limit) if x is not None]
+        return self.pools(split, min(cap) if cap else None)
+
+    # -- training
+    def train_examples(self) -> list[Example]:
+        n, k = self.slate_size, self.rank_size
+        return [Example(f"{self.bench.name}:{p.uid}", factorized_messages(p, n, k), p)
+                for p in self.train_pools()]
+
+    def sft_examples(self) -> list[SFTExample]:
+        """Factorized SFT: both tags, a gold slate and the gold items ranked first."""
+        out = []
+        for p in self.train_pools():
+            slate = sft_slate(p, self.slate_size, self.seed)
+            answer = factorized_answer(p, slate, sft_rank(p, slate, self.rank_size))
+            out.append(SFTExample(f"{self.bench.name}:{p.uid}", factorized_messages(p, self.slate_size,
+                                                                                   self.rank_size), answer))
+        return out
+
+    def score(self, examples: Sequence[Example], completions: Sequence[str]) -> Scores:
+        """R_slate and R_rank per completion; F-GRPO spans, or one combined reward for the GRPO baseline."""
+        if len(examples) != len(completions):
+            raise ValueError(f"{len(examples)} examples for {len(completions)} completions: need one each")
+        pools = [e.target for e in examples]
+        judged = [judge_completion(c, p, self.slate_size, self.rank_size) for c, p in zip(completions, pools)]
+        r_slate, r_rank = phase_rewards(judged, pools, self.rank_size, self.slate_reward, self.format_penalty)
+        combined = r_slate + self.lam * r_rank
+        ok = torch.tensor([j.status == "ok" for j in judged], dtype=torch.bool)
+        spans = None
+        if self.factorized:
+            spans = {"slate": Span(r_slate, [j.slate_range for j in judged]),
+                     "rank": Span(r_rank, [j.rank_range for j in judged])}
+        return Scores(combined, ok, {"slate": r_slate, "rank": r_rank}, training_metrics(judged, pools), spans)
+
+    # -- inference
+    def generate_rankings(self, generate: Generator, pools: Sequence[Pool]) -> tuple[list[Judged], list[str]]:
+        answers = generate([factorized_messages(p, self.slate_size, self.rank_size) for p in pools])
+        texts = [a.text for a in answers]
+        return [judge_completion(t, p, self.slate_size, self.rank_size) for t, p in zip(texts, pools)], answers
+
+    def evaluate(self, generators: Mapping[str, Generator], split: str,
+                 limit: int | None = None) -> dict[str, Any]:
+        """One greedy answer per query; the ranked items (candidates only, first k) are the final list."""
+        pools = self.eval_pools(split, limit)
+        judged, answers = self.generate_rankings(generators[self.role], pools)
+        rankings = [final_ranking(j.rank, p, self.rank_size) for j, p in zip(judged, pools)]
+        metrics = ranking_metrics(pools, [j.slate for j in judged], rankings)
+        metrics["format_error_rate"] = sum(j.status != "ok" for j in judged) / max(len(judged), 1)
+        return {"metrics": metrics, "run": _run(pools, rankings), "cost": _cost(answers, len(pools)),
+                "samples": [a.text for a in answers[:3]]}
+
+    def monitor(self, generators: Mapping[str, Generator]) -> dict[str, float]:
+        """Slate recall, rank NDCG@k and format errors of greedy answers on the first dev queries."""
+        pools = self.pools("dev", self.probe_queries)
+        judged, _ = self.generate_rankings(generators[self.role], pools)
+        return training_metrics(judged, pools, self.rank_size)
+
+
+def training_metrics(judged: Sequence[Judged], pools: Sequence[Pool], k: int = 5) -> dict[str, float]:
+    """Per-batch means logged as ``task/<name>``: slate recall and precision (candidates only, 0 without a
+    slate), NDCG@k of valid rankings (0 otherwise), and the share of each malformed case."""
+    from rankrl.eval.metrics import set_prf
+
+    n = max(len(judged), 1)
+    prf = [set_prf({s for s in j.slate if s in p.by_key}, p.gold) if j.status != "no_slate" else (0.0, 0.0, 0.0)
+           for j, p in zip(judged, pools)]
+    valid = [i for i, j in enumerate(judged) if j.status == "ok"]
+    ndcg = rank_rewards([judged[i].rank for i in valid], [pools[i].gold for i in valid], k)
+    count = lambda status: sum(j.status == status for j in judged) / n  # noqa: E731
+    return {"slate_recall": sum(r for _, r, _ in prf) / n, "slate_precision": sum(p for p, _, _ in prf) / n,
+            "rank_ndcg": sum(ndcg) / n, "format_error_rate": 1 - len(valid) / n,
+            "no_slate_rate": count("no_slate"), "bad_rank_rate": count("bad_rank"),
+            "outside_slate_rate": count("outside_slate"),
+            "slate_items": sum(len(j.slate) for j in judged) / n}
+
+
+def _run(pools: Sequence[Pool], rankings: Sequence[Sequence[str]]) -> dict[str, dict[str, float]]:
+    return {p.uid: {d: float(len(r) - j) for j, d in enumerate(r)} for p, r in zip(pools, rankings)}
+
+
+def _cost(answers: Sequence[Any], queries: int) -> dict[str, float]:
+    return {"queries": queries, "llm_calls": len(answers),
+            "prompt_tokens": sum(a.prompt_tokens for a in answers),
+            "completion_tokens": sum(a.completion_tokens for a in answers)}
+
+
+@dataclass
+class TwoStepTask(FGRPOTask):
+    """Select, then rank, in two LLM calls: the zero-shot two-step and the decoupled-SFT baselines.
+
+    Role ``selector`` writes ``<SLATE>``; role ``ranker`` sees only the selected candidates and writes
+    ``<RANK>``. Decoupled SFT trains them separately, the ranker on gold slates (``sft_slate``); at
+    inference the ranker ranks the selector's slate, as in the paper's pipeline.
+    """
+
+    roles = ("selector", "ranker")
+    role = "selector"
+
+    def sft_examples(self) -> list[SFTExample]:
+        out = []
+        for p in self.train_pools():
+            slate = sft_slate(p, self.slate_size, self.seed)
+            uid = f"{self.bench.name}:{p.uid}"
+            if self.role == "selector":
+                out.append(SFTExample(uid, select_messages(p, self.slate_size),
+                                      f"<SLATE>{write_items(p, slate)}</SLATE>"))
+            else:
+                out.append(SFTExample(uid, rank_messages(p, slate, self.rank_size),
+                                      f"<RANK>{write_items(p, sft_rank(p, slate, self.rank_size))}</RANK>"))
+        return out
+
+    def train_examples(self) -> list[Example]:
+        raise NotImplementedError("the two-step baselines are zero-shot or SFT-trained; F-GRPO trains "
+                                  "FGRPOTask (the unified rollout)")
+
+    def score(self, examples: Sequence[Example], completions: Sequence[str]) -> Scores:
+        raise NotImplementedError("the two-step baselines have no reward")
+
+    def two_step(self, generators: Mapping[str, Generator], pools: Sequence[Pool]):
+        """Slates from the selector, then rankings of those slates from the ranker (an empty slate is not
+        sent to the ranker). Returns (slates, rank keys, format ok per query, answers)."""
+        selections = generators["selector"]([select_messages(p, self.slate_size) for p in pools])
+        slates: list[list[str] | None] = []
+        for answer, p in zip(selections, pools):
+            phase = _single_phase(answer.text, "SLATE", p)
+            # the ranker is shown only real candidates: unknown items of the slate are dropped
+            slates.append(None if phase is None else
+                          [k for k in keys_of(phase.items[: self.slate_size], p) if k in p.by_key])
+        asked = [i for i, s in enumerate(slates) if s]
+        ranked = generators["ranker"]([rank_messages(pools[i], slates[i], self.rank_size) for i in asked])
+        ranks: list[list[str] | None] = [None] * len(pools)
+        for i, answer in zip(asked, ranked):
+            phase = _single_phase(answer.text, "RANK", pools[i])
+            if phase is not None and phase.items:
+                ranks[i] = keys_of(phase.items[: self.rank_size], pools[i])
+        ok = [s is not None and r is not None and set(r) <= set(s) for s, r in zip(slates, ranks)]
+        return [s or [] for s in slates], [r or [] for r in ranks], ok, [*selections, *ranked]
+
+    def evaluate(self, generators: Mapping[str, Generator], split: str,
+                 limit: int | None = None) -> dict[str, Any]:
+        pools = self.eval_pools(split, limit)
+        slates, ranks, ok, answers = self.two_step(generators, pools)
+        rankings = [final_ranking(r, p, self.rank_size) for r, p in zip(ranks, pools)]
+        metrics = ranking_metrics(pools, slates, rankings)
+        metrics["format_error_rate"] = 1 - sum(ok) / max(len(ok), 1)
+        return {"metrics": metrics, "run": _run(pools, rankings), "cost": _cost(answers, len(pools)),
+                "samples": [a.text for a in answers[:3]]}
+
+    def monitor(self, generators: Mapping[str, Generator]) -> dict[str, float]:
+        return {}
+
+
+def _single_phase(text: Any, tag: str, pool: Pool) -> Phase | None:
+    return find_phase(text if isinstance(text, str) else "", tag, 0, pool.separators)[0]
+
+
+# ---- 8. Report: relative gains ------------------------------------------------------------------------------
+# The paper publishes most results as relative gains ("+82.9% R@3 over SFT"); this puts ours beside them.
+
+
+def relative_gains(runs: Any, comparisons: Sequence[Mapping[str, Any]]) -> Any:
+    """One row per comparison and (model, scale) we ran both sides of (else one row reading "missing"):
+    our gain 100 * (ours / baseline - 1) beside the paper's. ``runs``: ``rankrl.report.collect`` rows."""
+    import pandas as pd
+
+    def values(frame: Any, experiment: str) -> dict[tuple[str, str], float]:
+        found = frame[frame["experiment"] == experiment]
+        return {(m, s): v for m, s, v in zip(found["model"], found["scale"], found["value"])}  # newest last
+
+    rows = []
+    for c in comparisons:
+        pick = runs[(runs["benchmark"] == c["benchmark"]) & (runs["metric"] == c["metric"])]
+        ours, base = values(pick, c["ours"]), values(pick, c["baseline"])
+        paper = "-"
+        if c.get("paper") is not None:
+            paper = f"{c['paper']:+.1f}% ({c.get('mark', 'P')}, {c.get('paper_model')})"
+        for model, scale in [key for key in ours if key in base] or [("-", "-")]:
+            o, b = ours.get((model, scale)), base.get((model, scale))
+            gain, pair = "missing", "-"
+            if o is not None and b is not None:
+                gain = "n/a (baseline 0)" if b == 0 else f"{100 * (o / b - 1):+.1f}%"
+                pair = f"{b:.4f} -> {o:.4f}"
+            rows.append({"benchmark": c["benchmark"], "metric": c["metric"],
+                         "comparison": f"{c['method']} over {c['over']}", "paper": paper, "model": model,
+                         "scale": scale, "ours": gain, "ours (baseline -> method)": pair,
+                         "note": c.get("note", "")})
+    return pd.DataFrame(rows)
+
+
+def write_relative_gains(runs_dir: str | Path, paper_dir: str | Path,
+                         out_dir: str | Path | None = None) -> list[Path]:
+    """``relative_gains.md`` / ``.csv`` (in ``out_dir``, default ``paper_dir``) from the comparisons listed
+    under ``relative_gains`` in ``paper_dir/published.yaml``."""
+    import yaml
+
+    from rankrl.report.collect import collect_runs, latest_per_cell
+
+    paper_dir, out_dir = Path(paper_dir), Path(out_dir or paper_dir)
+    comparisons = (yaml.safe_load((paper_dir / "published.yaml").read_text()) or {}).get("relative_gains", [])
+    table = relative_gains(latest_per_cell(collect_runs(runs_dir, paper="fgrpo")), comparisons)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv_path, md_path = out_dir / "relative_gains.csv", out_dir / "relative_gains.md"
+    table.to_csv(csv_path, index=False)
+    md_path.write_text("### F-GRPO: relative gains, the paper's beside ours\n\nOurs: 100 * (method / baseline - 1) "
+                       "for the same benchmark, metric, model and scale (cpu rows: SmolLM2-135M with the "
+                       "CPU-scale deviations of README.md). Paper: (P) stated in the paper.\n\n"
+                       + table.to_markdown(index=False) + "\n")
+    return [md_path, csv_path]
+
+
+if __name__ == "__main__":
+    import argparse
+    import os
+
+    parser = argparse.ArgumentParser(description="F-GRPO report extras: `gains` writes relative_gains.md/.csv")
+    parser.add_argument("command", choices=["gains"])
+    parser.add_argument("--runs-dir", default=None, help="where runs are (default: paths.log_dir)")
+    parser.add_argument("--paper-dir", default=str(Path(__file__).resolve().parents[2] / "experiments/fgrpo"),
+                        help="where published.yaml is (and the output goes, without --out-dir)")
+    parser.add_argument("--out-dir", default=None)
+    args = parser.parse_args()
+    from rankrl.config import REPO_ROOT
+
+    runs_dir = args.runs_dir or os.environ.get("RANKRL_LOG_DIR", str(REPO_ROOT / "outputs"))
+    for path in write_relative_gains(runs_dir, args.paper_dir, args.out_dir):
+        print(path)
