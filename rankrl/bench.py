@@ -95,7 +95,10 @@ class StepMeter:
         self.t0 = time.perf_counter()
 
     def stop(self) -> dict[str, float]:
-        step_s, peak = time.perf_counter() - self.t0, _proc_status_kib("VmHWM") / 1024
+        step_s = time.perf_counter() - self.t0
+        # the kernel raises VmHWM lazily (when memory is unmapped), so memory still held at the end of the
+        # step may show only in VmRSS: the peak is at least the current resident size
+        peak = max(_proc_status_kib("VmHWM"), _proc_status_kib("VmRSS")) / 1024
         return {"step_s": step_s, "peak_rss_mib": peak, "rss_before_mib": self.rss_before}
 
 
