@@ -45,7 +45,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     start = {name: app.weights_fingerprint(r.policy) for name, r in roles.items()}
     gens = app.generators(cfg, roles)
     task.bind(role_name, {name: g for name, g in gens.items() if name != role_name})
-    if trainer_cfg.kind == "sft":
+    if trainer_cfg.kind == "sft" and trainer_cfg.epochs is not None:  # only then does the count matter
         trainer_cfg = trainer_cfg.with_epochs(len(task.sft_examples()))
     logger = RunLogger(run_dir, cfg.logger.get("wandb") if ddp.is_main() else None,
                        config=OmegaConf.to_container(cfg, resolve=True), name=cfg.experiment_name)
