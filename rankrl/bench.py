@@ -85,20 +85,30 @@ def _proc_status_kib(field: str) -> int:
         return int(re.search(rf"^{field}:\s+(\d+) kB", f.read(), re.M).group(1))
 
 
+def _exact_rss_kib() -> int:
+    """Resident size from a walk of the page tables: VmRSS comes from per-CPU counters that recent kernels
+    fold in lazily, so it can miss a fresh allocation entirely."""
+    try:
+        with open("/proc/self/smaps_rollup") as f:
+            return int(re.search(r"^Rss:\s+(\d+) kB", f.read(), re.M).group(1))
+    except (OSError, AttributeError):
+        return _proc_status_kib("VmRSS")
+
+
 class StepMeter:
     """Wall time and peak RSS of one step of this process."""
 
     def start(self) -> None:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
-        self.rss_before = _proc_status_kib("VmRSS") / 1024
+        self.rss_before = _exact_rss_kib() / 1024
         self.t0 = time.perf_counter()
 
     def stop(self) -> dict[str, float]:
         step_s = time.perf_counter() - self.t0
-        # the kernel raises VmHWM lazily (when memory is unmapped), so memory still held at the end of the
-        # step may show only in VmRSS: the peak is at least the current resident size
-        peak = max(_proc_status_kib("VmHWM"), _proc_status_kib("VmRSS")) / 1024
+        # the kernel raises VmHWM lazily, so memory still held at the end of the step may not show in it:
+        # the peak is at least the exact current resident size
+        peak = max(_proc_status_kib("VmHWM"), _exact_rss_kib()) / 1024
         return {"step_s": step_s, "peak_rss_mib": peak, "rss_before_mib": self.rss_before}
 
 
