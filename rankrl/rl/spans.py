@@ -52,7 +52,7 @@ def token_char_ends(completion_ids: Sequence[int], tokenizer: Any, text: str) ->
 
     Tokens are decoded one by one (linear time). A byte-level BPE token holding part of a multi-byte
     character does not decode alone; then the pieces do not add up to ``text`` and None is returned, and
-    the caller falls back to prefix decoding.
+    the caller falls back to ``incremental_char_ends``.
     """
     ends, pos = [], 0
     for tok in completion_ids:
@@ -65,9 +65,28 @@ def token_char_ends(completion_ids: Sequence[int], tokenizer: Any, text: str) ->
     return ends if pos == len(text) else None
 
 
-def _prefix_char_ends(completion_ids: Sequence[int], tokenizer: Any) -> list[int]:
-    return [len(tokenizer.decode(list(completion_ids[: i + 1]), skip_special_tokens=True))
-            for i in range(len(completion_ids))]
+def incremental_char_ends(completion_ids: Sequence[int], tokenizer: Any, text: str) -> list[int]:
+    """End offsets by incremental detokenisation, the streaming decoders' method (TGI, vLLM).
+
+    A window of tokens is decoded with the tokens before it as context; its new characters are released
+    only once they no longer end in U+FFFD (an unfinished multi-byte character). A token that only starts a
+    character ends where the previous one did (it is empty, so it belongs to no span) and the token that
+    completes it takes the whole character. The window holds only the unfinished tokens, so the cost is
+    linear in the completion's length rather than the quadratic one of decoding every prefix. Offsets are
+    capped at ``len(text)``: a tokenizer whose windowed decoding adds characters cannot push a mask past
+    the text.
+    """
+    ends: list[int] = []
+    released, prefix, read = 0, 0, 0
+    ids = list(completion_ids)
+    for i in range(len(ids)):
+        before = tokenizer.decode(ids[prefix:read], skip_special_tokens=True)
+        after = tokenizer.decode(ids[prefix:i + 1], skip_special_tokens=True)
+        if len(after) > len(before) and not after.endswith("\ufffd"):
+            released += len(after) - len(before)
+            prefix, read = read, i + 1
+        ends.append(min(released, len(text)))
+    return ends
 
 
 def span_token_mask(char_ends: Sequence[int], char_range: CharRange | None, width: int) -> Tensor:
@@ -94,7 +113,7 @@ def span_masks(spans: Mapping[str, Span], completion_ids: Sequence[Sequence[int]
     ends = []
     for ids, text in zip(completion_ids, texts):
         found = token_char_ends(ids, tokenizer, text)
-        ends.append(found if found is not None else _prefix_char_ends(ids, tokenizer))
+        ends.append(found if found is not None else incremental_char_ends(ids, tokenizer, text))
     return {name: torch.stack([span_token_mask(e, r, width) for e, r in zip(ends, span.ranges)])
             for name, span in spans.items()}
 

@@ -13,7 +13,14 @@ import torch
 
 from rankrl.rl.batch import PolicyBatch
 from rankrl.rl.config import TrainerConfig
-from rankrl.rl.spans import SpanBatch, span_advantages, span_masks, span_token_mask, token_char_ends
+from rankrl.rl.spans import (
+    SpanBatch,
+    incremental_char_ends,
+    span_advantages,
+    span_masks,
+    span_token_mask,
+    token_char_ends,
+)
 from rankrl.rl.steps import backward_batch
 from rankrl.rl.task import Span
 
@@ -128,6 +135,24 @@ def test_token_ends_fall_back_when_pieces_do_not_decode_alone(model_dir):
     masks = span_masks({"s": Span(torch.zeros(1), [(0, len(text))])}, [ids], [text], tok, len(ids))
     assert found is None or found[-1] == len(text)
     assert masks["s"].sum() >= 1  # whole-text span keeps the tokens that decode within it
+
+
+def test_incremental_ends_match_prefix_decoding_at_every_character_boundary(model_dir):
+    """Where a prefix of the tokens decodes to whole characters, the streaming offsets equal the prefix's
+    length; a token that only starts a character is empty (no offset move)."""
+    from rankrl.models import load_policy
+
+    _, tok = load_policy(str(model_dir / "tiny"), dtype="float32", device="cpu")
+    text = "naïve café: 東京 and Zürich, ok 🙂 done"
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert token_char_ends(ids, tok, text) is None  # the case this fallback is for
+    ends = incremental_char_ends(ids, tok, text)
+    assert len(ends) == len(ids) and ends[-1] == len(text)
+    assert all(a <= b for a, b in zip(ends, ends[1:]))
+    for i in range(len(ids)):
+        prefix = tok.decode(ids[: i + 1], skip_special_tokens=True)
+        if not prefix.endswith("\ufffd"):
+            assert ends[i] == len(prefix), (i, prefix)
 
 
 def test_span_token_mask_excludes_straddling_and_empty_tokens():
