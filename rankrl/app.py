@@ -25,7 +25,7 @@ from rankrl import distributed as ddp
 from rankrl.errors import ConfigError
 from rankrl.rl.config import typed_node
 from rankrl.rl.task import DEFAULT_ROLE, EvalTask, TrainTask
-from rankrl.rollout.base import Generator, RolloutEngine, SamplingParams, engine_generator
+from rankrl.rollout.base import Generator, RolloutEngine, SamplingParams, engine_generator, with_progress
 from rankrl.runs import METRICS_FILE
 
 log = logging.getLogger(__name__)
@@ -210,7 +210,8 @@ def eval_sampling(cfg: DictConfig, role: str | None = None) -> SamplingParams:
 
 def generators(cfg: DictConfig, roles: Mapping[str, Role]) -> dict[str, Generator]:
     """One evaluation generator per role, each over the role's own engine."""
-    return {name: engine_generator(role.engine, eval_sampling(cfg, name)) for name, role in roles.items()}
+    return {name: with_progress(engine_generator(role.engine, eval_sampling(cfg, name)), f"{name} generations")
+            for name, role in roles.items()}
 
 
 def run_evaluation(cfg: DictConfig, task: EvalTask, gens: Mapping[str, Generator]) -> dict[str, Any]:

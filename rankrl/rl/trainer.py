@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from tqdm.auto import tqdm
 from transformers import get_scheduler
 
 from rankrl import distributed as ddp
@@ -26,6 +27,7 @@ from rankrl.rl.steps import NonFiniteLossError, Step, build_step
 from rankrl.tracking import RunLogger
 
 log = logging.getLogger(__name__)
+PROGRESS_KEYS = ("reward", "loss", "format_error_rate")  # shown on the progress bar when a step reports them
 
 Metrics = dict[str, float]
 
@@ -111,12 +113,18 @@ class TrainLoop:
         if not self.maybe_resume() and self.monitor is not None and self.cfg.monitor_every:
             self._log({f"monitor/{k}": v for k, v in self.monitor(0).items()}, step=0)
         metrics: Metrics = {}
+        bar = tqdm(total=self.cfg.max_steps, initial=self.step, desc="train", unit="step",
+                   disable=not ddp.is_main(), dynamic_ncols=True)
         while self.step < self.cfg.max_steps:
             metrics = self.step_once()
             metrics.update(self._cadenced())
             self._log(metrics, step=self.step)
+            bar.update(1)
+            bar.set_postfix({k: f"{metrics[k]:.3g}" for k in PROGRESS_KEYS if isinstance(metrics.get(k), float)},
+                            refresh=False)
             if (self.cfg.save_every and self.step % self.cfg.save_every == 0) or self.step == self.cfg.max_steps:
                 self.save()
+        bar.close()
         return metrics
 
     def step_once(self) -> Metrics:

@@ -98,3 +98,18 @@ def engine_generator(engine: RolloutEngine, sampling: SamplingParams) -> Generat
         ]
 
     return generate
+
+
+def with_progress(generate: Generator, desc: str) -> Generator:
+    """``generate`` with a progress bar on stderr that counts completions (an evaluation's total is often
+    unknown in advance, e.g. a heap sort's comparisons, so the bar shows the count and the rate)."""
+    from tqdm.auto import tqdm
+
+    bar = tqdm(desc=desc, unit=" completions", mininterval=10, dynamic_ncols=True)
+
+    def counted(prompts: Sequence[Messages]) -> list[Generation]:
+        out = generate(prompts)
+        bar.update(len(out))
+        return out
+
+    return counted
