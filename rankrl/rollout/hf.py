@@ -186,11 +186,17 @@ class HFEngine:
         out = Rollouts(prompt_ids=[], completion_ids=[], logprobs=[], texts=[], group_size=n)
         was_training = self.model.training
         self.model.eval()  # no dropout (LoRA's included) while sampling
+        # prompts of similar length share a micro-batch (less left padding to run through the model); with
+        # one micro-batch there is nothing to gain and the prompts keep their order
+        order = sorted(range(len(prompt_ids)), key=lambda i: len(prompt_ids[i])) \
+            if len(prompt_ids) > self.batch_size else list(range(len(prompt_ids)))
         try:
-            for i in range(0, len(prompt_ids), self.batch_size):
-                self._generate_batch(prompt_ids[i : i + self.batch_size], n, sampling, out)
+            for i in range(0, len(order), self.batch_size):
+                self._generate_batch([prompt_ids[j] for j in order[i : i + self.batch_size]], n, sampling, out)
         finally:
             self.model.train(was_training)
+        if order != sorted(order):
+            out = _restore_prompt_order(out, order, n)
         seconds = time.perf_counter() - start
         tokens = sum(len(c) for c in out.completion_ids)
         out.stats = {"tokens": float(tokens), "seconds": seconds, "tokens_per_s": tokens / max(seconds, 1e-9)}
@@ -233,6 +239,20 @@ class HFEngine:
             out.texts.append(
                 trim_after_stop(self.tokenizer.decode(ids[:end], skip_special_tokens=True), stop)
             )
+
+
+def _restore_prompt_order(out: Rollouts, order: Sequence[int], n: int) -> Rollouts:
+    """``out``'s rows were generated for the prompts in ``order``: put them back prompt-major in the caller's
+    order (row i*n+g is sample g of prompt i)."""
+    position = {prompt: k for k, prompt in enumerate(order)}
+    rows = [position[i] * n + g for i in range(len(order)) for g in range(n)]
+    return Rollouts(
+        prompt_ids=[out.prompt_ids[r] for r in rows],
+        completion_ids=[out.completion_ids[r] for r in rows],
+        logprobs=[out.logprobs[r] for r in rows],
+        texts=[out.texts[r] for r in rows],
+        group_size=n,
+    )
 
 
 def _eos_ids(model: torch.nn.Module, tokenizer: Any) -> set[int]:

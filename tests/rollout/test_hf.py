@@ -61,6 +61,17 @@ def test_rows_are_prompt_major_unpadded_and_counted(policy):
     assert model.training  # the engine restores the mode it found
 
 
+def test_length_sorted_micro_batches_return_each_prompts_own_completion(policy):
+    """Three prompts in two micro-batches are generated shortest first; each row still belongs to its own
+    prompt: greedy completions equal those of one prompt at a time (no padding at all)."""
+    model, tok = policy
+    greedy = SamplingParams(max_new_tokens=6, temperature=0.0)
+    sorted_batches = HFEngine(model, tok, batch_size=2).generate(PROMPTS, n=1, sampling=greedy)
+    one_by_one = HFEngine(model, tok, batch_size=1).generate(PROMPTS, n=1, sampling=greedy)
+    assert sorted_batches.prompt_ids == one_by_one.prompt_ids == render_prompts(tok, PROMPTS)
+    assert sorted_batches.completion_ids == one_by_one.completion_ids
+
+
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_logprobs_match_teacher_forced_recomputation(policy, temperature):
     model, tok = policy
