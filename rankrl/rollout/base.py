@@ -105,9 +105,12 @@ def with_progress(generate: Generator, desc: str) -> Generator:
     unknown in advance, e.g. a heap sort's comparisons, so the bar shows the count and the rate)."""
     from tqdm.auto import tqdm
 
-    bar = tqdm(desc=desc, unit=" completions", mininterval=10, dynamic_ncols=True)
+    bar = None  # opened at the first call: a training run builds its generators long before it evaluates
 
     def counted(prompts: Sequence[Messages]) -> list[Generation]:
+        nonlocal bar
+        if bar is None:
+            bar = tqdm(desc=desc, unit=" completions", mininterval=10, dynamic_ncols=True)
         out = generate(prompts)
         bar.update(len(out))
         return out
