@@ -61,7 +61,7 @@ $(MODELS) &:
 data: $(INSTALLED) ## prepare every benchmark under $(DATA_DIR): copy ../shared/data, else download
 	$(PY) -m rankrl.data.prepare --data-dir $(RANKRL_DATA_DIR) $(if $(wildcard $(SHARED_DATA)),--shared-dir $(SHARED_DATA),)
 
-test: setup ## the test suite without slow tests (~11 min on 2 cores)
+test: setup ## the test suite without slow tests (~12 min on 2 cores)
 	$(PY) -m pytest -m "not slow" -q $(PYTEST_ARGS)
 
 test-full: setup ## every test, slow ones included
@@ -80,7 +80,7 @@ reproduce: setup ## every paper's reproduction, one after the other (each experi
 	@set -e; for script in experiments/*/reproduce.sh; do echo "=== $$script"; bash $$script; done
 	$(PY) -m rankrl.report paper=all
 
-reproduce-rankr1: setup ## Rank-R1: every CPU-runnable row, then its tables and reward curve (experiments/rankr1/README.md)
+reproduce-rankr1: setup ## Rank-R1: every CPU-runnable row, then its tables and reward curve (66 min measured; experiments/rankr1/README.md)
 	bash experiments/rankr1/reproduce.sh
 
 reproduce-grape: setup ## GRAPE: the CPU-scale text rows, tables and CPU Fig. 5 (experiments/grape/README.md)
