@@ -79,12 +79,13 @@ def incremental_char_ends(completion_ids: Sequence[int], tokenizer: Any, text: s
     ends: list[int] = []
     released, prefix, read = 0, 0, 0
     ids = list(completion_ids)
+    before = ""  # the decoded context ids[prefix:read]; it changes only when the window moves
     for i in range(len(ids)):
-        before = tokenizer.decode(ids[prefix:read], skip_special_tokens=True)
         after = tokenizer.decode(ids[prefix:i + 1], skip_special_tokens=True)
         if len(after) > len(before) and not after.endswith("\ufffd"):
             released += len(after) - len(before)
             prefix, read = read, i + 1
+            before = tokenizer.decode(ids[prefix:read], skip_special_tokens=True)
         ends.append(min(released, len(text)))
     return ends
 
