@@ -30,6 +30,16 @@ def tied_corpus(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
     return corpus
 
 
+def tied_target_sets(seed: int, n: int, d: int, b: int, max_targets: int):
+    """An index over ``tied_corpus``, ``b`` integer queries, and for each a set of 1..max_targets targets."""
+    rng = np.random.default_rng(seed)
+    index = VectorIndex([f"d{i}" for i in range(n)], tied_corpus(rng, n=n, d=d))
+    queries = rng.integers(-3, 4, size=(b, d)).astype(np.float32)
+    sets = [[f"d{i}" for i in rng.choice(n, size=rng.integers(1, max_targets + 1), replace=False)]
+            for _ in range(b)]
+    return index, queries, sets
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_rank_equals_brute_force_sort_with_many_ties(seed: int) -> None:
     rng = np.random.default_rng(seed)
@@ -78,11 +88,7 @@ def test_excluded_items_leave_the_ranking_and_the_corpus_size() -> None:
 
 
 def test_best_rank_of_several_targets_is_the_best_of_their_ranks() -> None:
-    rng = np.random.default_rng(3)
-    corpus = tied_corpus(rng, n=50, d=5)
-    index = VectorIndex([f"d{i}" for i in range(50)], corpus)
-    queries = rng.integers(-3, 4, size=(10, 5)).astype(np.float32)
-    sets = [[f"d{i}" for i in rng.choice(50, size=rng.integers(1, 5), replace=False)] for _ in range(10)]
+    index, queries, sets = tied_target_sets(seed=3, n=50, d=5, b=10, max_targets=4)
     best = index.best_rank_of(queries, sets)
     for b, targets in enumerate(sets):
         singles = index.rank_of(np.repeat(queries[b : b + 1], len(targets), axis=0), targets)
@@ -148,11 +154,7 @@ def test_rank_benchmark_reports_its_ratio() -> None:
 
 
 def test_every_target_ranked_on_its_own_with_exclusions() -> None:
-    rng = np.random.default_rng(11)
-    corpus = tied_corpus(rng, n=40, d=4)
-    index = VectorIndex([f"d{i}" for i in range(40)], corpus)
-    queries = rng.integers(-3, 4, size=(6, 4)).astype(np.float32)
-    sets = [[f"d{i}" for i in rng.choice(40, size=rng.integers(1, 6), replace=False)] for _ in range(6)]
+    index, queries, sets = tied_target_sets(seed=11, n=40, d=4, b=6, max_targets=5)
     excluded = [[f"d{(6 * b + 1) % 40}"] if f"d{(6 * b + 1) % 40}" not in sets[b] else [] for b in range(6)]
     probe = index.probe(queries, sets, excluded, every_target=True)
     for b, targets in enumerate(sets):
