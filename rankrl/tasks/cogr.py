@@ -7,7 +7,8 @@ The method, in the order of the paper:
    keyword bags; quality is the set F1 of the retrieved set against the relevant set.
 2. SFT initialisation. The base LLM writes item keywords (budget M = 10). Each training query's target is
    the N = 15 most frequent of those keywords over its relevant items. G^q is fine-tuned on (q, S_q) and G^i
-   on (i, S_i), separately.
+   on (i, S_i), separately. (``item_sft_targets=tfidf``: each item's TF-IDF words stand in for the base
+   LLM's keywords, a format warm start for a model too small to write keywords; the CPU scale uses it.)
 3. Query-side RL against the frozen item index: R_q = F1 if |S_q| <= K_max (= 30), else 0.
 4. Item-side RL against the frozen query side: R_i = sum over training queries of F1 with only item i's
    keywords replaced by S_i, minus the same sum on the reference index; -1 when |S_i| > K_max. Replacing one
@@ -480,6 +481,35 @@ def top_keywords(keyword_sets: Iterable[Sequence[str]], n: int) -> list[str]:
     return [k for k, _ in counts.most_common(n)]  # most_common keeps insertion order among equal counts
 
 
+def tfidf_item_keywords(
+    catalog: Catalog, m: int, max_words: int | None = None
+) -> dict[str, list[str]]:
+    """Each item's ``m`` highest-weighted TF-IDF words over the catalog, in descending weight (ties by
+    vocabulary order): a format-only stand-in for the base LLM's item keywords (``item_sft_targets=tfidf``).
+
+    Why: a small base model writes copied sentences, not keywords, so every retrieved set is empty and both
+    rewards are 0. These targets use no relevance label and only the text the item generator reads
+    (``item_text`` cut to ``max_words``): scikit-learn's English stop words, words of two or more letters
+    (no digits), sublinear term frequency, the catalog as the document collection.
+    """
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    ids = sorted(catalog.items)
+    texts = [catalog.items[i].title + "\n" + " ".join(catalog.items[i].text.split()[:max_words]) for i in ids]
+    vectorizer = TfidfVectorizer(
+        stop_words="english", sublinear_tf=True, token_pattern=r"(?u)\b[^\W\d_]{2,}\b"
+    )
+    weights = vectorizer.fit_transform(texts).tocsr()
+    vocabulary = vectorizer.get_feature_names_out()
+    out = {}
+    for row, iid in enumerate(ids):
+        start, end = weights.indptr[row], weights.indptr[row + 1]
+        columns, values = weights.indices[start:end], weights.data[start:end]
+        order = sorted(range(len(columns)), key=lambda k: (-values[k], columns[k]))[:m]
+        out[iid] = [normalize_keyword(str(vocabulary[columns[k]])) for k in order]
+    return out
+
+
 def query_sft_targets(
     catalog: Catalog, item_keywords: Mapping[str, Sequence[str]], n: int
 ) -> dict[str, list[str]]:
@@ -495,6 +525,7 @@ def query_sft_targets(
 
 # ---- 5. Keyword files: one side's keyword sets, written by the evaluation that used them -------------------
 
+ITEM_SFT_TARGETS = ("base_model", "tfidf")
 KEYWORD_FILES = {"query": "query_keywords.json", "item": "item_keywords.json"}
 TRAINED = "trained in this run"
 
@@ -572,6 +603,9 @@ class CoGRTask(CatalogOnDemand, TaskBase):
         item_budget: M, the item keywords asked for and kept for SFT (10).
         query_budget: N, the size of the query SFT targets and the number asked for in the query prompt (15).
         item_max_words: description words shown to the item generator (None: all).
+        item_sft_targets: where the item SFT targets (and the words query targets are made of) come from:
+            ``base_model`` (the paper: the base LLM's item keywords) or ``tfidf`` (``tfidf_item_keywords``,
+            a labelled format warm start for models too small to write keywords at all).
         shared_generator: one role ``shared`` writes both sides (the ablation); stages say which ``side`` they
             train (``query``, ``item``; ``both`` for its SFT stage).
         side: see ``shared_generator``; ignored with two generators (the role is the side).
@@ -598,6 +632,7 @@ class CoGRTask(CatalogOnDemand, TaskBase):
         item_budget: int = 10,
         query_budget: int = 15,
         item_max_words: int | None = None,
+        item_sft_targets: str = "base_model",
         shared_generator: bool = False,
         side: str | None = None,
         require_item_init: bool = False,
@@ -611,6 +646,11 @@ class CoGRTask(CatalogOnDemand, TaskBase):
         self._catalog_args = (benchmark, data_dir, dict(benchmark_options or {}))
         self.k_max, self.item_budget, self.query_budget = k_max, item_budget, query_budget
         self.item_max_words = item_max_words
+        if item_sft_targets not in ITEM_SFT_TARGETS:
+            raise ConfigError(
+                f"task.item_sft_targets={item_sft_targets!r}; valid: {', '.join(ITEM_SFT_TARGETS)}"
+            )
+        self.item_sft_targets = item_sft_targets
         self.shared = shared_generator
         self.roles = ("shared",) if shared_generator else ("query", "item")
         self.side_choice = side
@@ -845,8 +885,15 @@ class CoGRTask(CatalogOnDemand, TaskBase):
         return Scores(rewards_t, ok, {"num_keywords": sizes, "over_budget": over}, metrics)
 
     # -- SFT
+    def initial_item_keywords(self) -> dict[str, list[str]]:
+        """The item SFT targets (first M), which the query targets are also made of: the base LLM's item
+        keywords (the paper), or with ``item_sft_targets=tfidf`` the TF-IDF words of each item."""
+        if self.item_sft_targets == "tfidf":
+            return tfidf_item_keywords(self.catalog, self.item_budget, self.item_max_words)
+        return self.base_item_keywords()
+
     def base_item_keywords(self) -> dict[str, list[str]]:
-        """The base LLM's item keywords (first M): item SFT targets, and what query targets are made of.
+        """The base LLM's item keywords (first M).
 
         They are the base model's whatever the item role starts from: its generator writes them only when the
         item role is frozen at the base weights (the query SFT stage); otherwise they come from the file the
@@ -861,7 +908,7 @@ class CoGRTask(CatalogOnDemand, TaskBase):
     def sft_examples(self) -> list[SFTExample]:
         if self.side not in ("query", "item", "both"):
             raise ValueError(f"no SFT examples for side {self.side!r} (call bind first)")
-        base = self.base_item_keywords()
+        base = self.initial_item_keywords()
         pairs: list[SFTExample] = []
         if self.side in ("query", "both"):
             for qid, target in query_sft_targets(self.catalog, base, self.query_budget).items():

@@ -438,6 +438,38 @@ def test_sft_targets_are_the_base_models_keywords(tmp_path):
     assert queries == {"query:q1": "sofa, sleeper", "query:q2": "lamp, floor lamp", "query:q3": "table, oak"}
 
 
+def test_tfidf_item_targets_are_each_items_own_distinctive_words():
+    keywords = cogr.tfidf_item_keywords(toy_catalog(), 10)
+    # i1 = "Sofa Bed" + "a grey sofa bed for small rooms": bed (twice, only here) outweighs sofa (twice, also
+    # in i2) outweighs grey (once); stop words ("a", "for", "without") never appear
+    assert keywords["i1"] == ["bed", "sofa", "grey", "rooms", "small"]
+    assert keywords["i6"] == ["passage", "title"]
+    for iid, words in keywords.items():
+        doc = toy_catalog().items[iid]
+        assert set(words) <= set(re.findall(r"\w+", f"{doc.title} {doc.text}".lower()))
+    assert cogr.tfidf_item_keywords(toy_catalog(), 2)["i1"] == ["bed", "sofa"]  # first M
+    # only what the item generator reads: the description cut to its first words
+    assert "rooms" not in cogr.tfidf_item_keywords(toy_catalog(), 10, max_words=2)["i1"]
+    # no relevance label is used: other labels, same targets
+    relabelled = toy_catalog()
+    relabelled.relevant = {q: frozenset({"i6"}) for q in relabelled.relevant}
+    assert cogr.tfidf_item_keywords(relabelled, 10) == keywords
+
+
+def test_tfidf_sft_targets_need_no_generator_and_feed_the_query_targets(tmp_path):
+    task = make_task(tmp_path, "sft_item", item_budget=2, query_budget=3, item_sft_targets="tfidf")
+    silent = Scripted({})
+    task.bind("item", {"query": silent})
+    items = {e.uid: e.completion for e in task.sft_examples()}
+    assert items["item:i1"] == "bed, sofa" and len(items) == len(ITEMS)
+    task.bind("query", {"item": silent})
+    queries = {e.uid: e.completion for e in task.sft_examples()}
+    # q2's relevant items i3 {desk, lamp} and i4 {arc, floor} (first M = 2 each): 4 words, each in one set
+    assert queries["query:q2"] == "desk, lamp, arc" and silent.calls == 0
+    with pytest.raises(ConfigError, match="valid: base_model, tfidf"):
+        make_task(tmp_path, "x", item_sft_targets="bm25")
+
+
 def test_shared_generator_serves_both_sides_and_needs_a_side(tmp_path):
     roles = {"shared": {"init_from": None}}
     task = make_task(tmp_path, "base", roles, shared_generator=True)
