@@ -93,13 +93,21 @@ def rewrite_messages(query: str, kind: str, reference: str = "",
     return [{"role": "system", "content": PROMPTS["system"]}, {"role": "user", "content": user}]
 
 
-def warm_start_completion(query: str, max_words: int = 64) -> str:
-    """The SFT target of the format warm start: a fixed thought, and the query itself as the rewrite.
+def warm_start_completion(query: str, max_words: int = 64, drop: float = 0.0, seed: int = 0) -> str:
+    """The SFT target of the format warm start: a fixed thought, and the query as the rewrite, each of its
+    words dropped with probability ``drop`` (seeded by ``seed`` and the query; at least one word is kept).
 
-    It teaches the format and nothing about the retriever: after it the rewriter roughly reproduces the raw
-    query, and anything better than that is learnt by GRPO.
+    It teaches the format and nothing about the retriever. With ``drop`` 0 the rewrite is the query itself;
+    a rewriter warm-started that way samples the same rewrite G times (measured at CPU scale: 8 identical
+    rewrites per group from the 9th GRPO step on, gradient 0), so groups carry no signal. Dropping words
+    teaches the same format with spread in what is kept: anything better than the raw query is learnt by
+    GRPO either way.
     """
     words = query.split()[:max_words]
+    if drop > 0 and len(words) > 1:
+        rng = random.Random(f"{seed}\x00{query}")
+        kept = [w for w in words if rng.random() >= drop]
+        words = kept or [words[rng.randrange(len(words))]]
     return f"<think>{PROMPTS['warm_start']['think']}</think>\n<rewrite>{' '.join(words)}</rewrite>"
 
 
@@ -317,7 +325,8 @@ class GrapeTask(TaskBase):
         reference_captions: CIRR: a JSON file ``{image id: caption}`` describing reference images.
         cache_dir: cache root of corpus vectors (``<cache_dir>/vectors/``).
         generation_chunk: prompts per generator call during evaluation.
-        seed: fixes the probe set.
+        warm_start_drop: the share of query words the format warm start's targets leave out (0: a copy).
+        seed: fixes the probe set and the warm start's dropped words.
     """
 
     name = "grape"
@@ -341,8 +350,11 @@ class GrapeTask(TaskBase):
         reference_captions: str | Path | None = None,
         cache_dir: str | Path | None = None,
         generation_chunk: int = 256,
+        warm_start_drop: float = 0.0,
         seed: int = 0,
     ) -> None:
+        if not 0.0 <= warm_start_drop < 1.0:
+            raise ValueError(f"warm_start_drop={warm_start_drop}: a probability in [0, 1)")
         if reward not in REWARDS:
             raise ValueError(f"unknown reward {reward!r}; valid: {', '.join(REWARDS)}")
         if gold not in GOLDS:
@@ -367,6 +379,7 @@ class GrapeTask(TaskBase):
         self.kind = query_kind or kind_of_benchmark(self.eval_name)
         self.reference_captions, self._captions = reference_captions, None
         self.generation_chunk, self.seed = generation_chunk, seed
+        self.warm_start_drop = warm_start_drop
         self._galleries: dict[tuple[str, str], Gallery] = {}
         self._indexes: dict[tuple[str, ...], Any] = {}
 
@@ -484,9 +497,11 @@ class GrapeTask(TaskBase):
                 for i, q in enumerate(g.queries)]
 
     def sft_examples(self) -> list[SFTExample]:
-        """The format warm start: each training prompt with ``warm_start_completion`` of its own query."""
+        """The format warm start: each training prompt with ``warm_start_completion`` of its own query
+        (``warm_start_drop``: the share of its words left out)."""
         g = self.train_gallery()
-        return [SFTExample(f"{self.train_name}:{q.qid}", self.messages(q), warm_start_completion(q.text))
+        return [SFTExample(f"{self.train_name}:{q.qid}", self.messages(q),
+                           warm_start_completion(q.text, drop=self.warm_start_drop, seed=self.seed))
                 for q in g.queries]
 
     # ---- reward ----

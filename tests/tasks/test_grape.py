@@ -59,6 +59,21 @@ def test_the_warm_start_target_parses_back_to_the_query() -> None:
     assert parsed.text == "do goldfish grow"
 
 
+def test_the_warm_start_with_word_dropout_keeps_a_seeded_ordered_subset() -> None:
+    query = "what is the daily life of thai people in the north"
+    words = query.split()
+    texts = {parse_rewrite(warm_start_completion(query, drop=0.3, seed=s)).text for s in range(20)}
+    assert len(texts) > 1  # spread across seeds: what a GRPO group needs
+    for text in texts:
+        kept = text.split()
+        assert 1 <= len(kept) < len(words)
+        it = iter(words)
+        assert all(w in it for w in kept)  # an ordered subsequence of the query
+    assert warm_start_completion(query, drop=0.3, seed=3) == warm_start_completion(query, drop=0.3, seed=3)
+    assert parse_rewrite(warm_start_completion("goldfish", drop=0.9)).text == "goldfish"  # one word is kept
+    assert parse_rewrite(warm_start_completion(query, drop=0.0)).text == query
+
+
 def test_parsing_is_linear_on_adversarial_completions() -> None:
     slow = []
     for n in (20_000, 200_000):
