@@ -93,7 +93,7 @@ pipeline-check: setup ## the engine's own pipelines on the tiny model: SFT -> GR
 reproduce-cogr: setup ## CoGR: CPU-scale rows (ABLATIONS=1 adds the ablations), tables, figures (experiments/cogr/README.md)
 	bash experiments/cogr/reproduce.sh
 
-reproduce-fgrpo: setup ## F-GRPO: every CPU-runnable row, then its tables and figures (~50 min estimated on 2 idle cores; experiments/fgrpo/README.md)
+reproduce-fgrpo: setup ## F-GRPO: every CPU-runnable row, then its tables and figures (82 min measured from a fresh clone; experiments/fgrpo/README.md)
 	bash experiments/fgrpo/reproduce.sh
 
 tables: install ## rebuild every paper's tables and figures from run folders (reruns nothing; seconds)
