@@ -299,11 +299,15 @@ def query_messages(query: str, budget: int) -> Messages:
     ]
 
 
+def shown_description(doc: Document, max_words: int | None = None) -> str:
+    """The part of an item's description the item generator is shown: its first ``max_words`` words."""
+    return " ".join(doc.text.split()[:max_words])
+
+
 def item_text(doc: Document, max_words: int | None = None) -> str:
     """What the item generator reads: title and description (the paper's item text), the description cut
     to its first ``max_words`` words when set."""
-    words = doc.text.split()
-    text = " ".join(words[:max_words] if max_words is not None else words)
+    text = shown_description(doc, max_words)
     return f"Title: {doc.title}\nDescription: {text}" if doc.title else f"Text: {text}"
 
 
@@ -472,6 +476,8 @@ def brute_force_gain(
 
 # ---- 4. SFT targets ----------------------------------------------------------------------------------------
 
+ITEM_SFT_TARGETS = ("base_model", "tfidf")  # the base LLM's item keywords (the paper) | tfidf_item_keywords
+
 
 def top_keywords(keyword_sets: Iterable[Sequence[str]], n: int) -> list[str]:
     """The ``n`` keywords found in the most sets (a set counts a keyword once); ties by first appearance."""
@@ -488,14 +494,14 @@ def tfidf_item_keywords(
     vocabulary order): a format-only stand-in for the base LLM's item keywords (``item_sft_targets=tfidf``).
 
     Why: a small base model writes copied sentences, not keywords, so every retrieved set is empty and both
-    rewards are 0. These targets use no relevance label and only the text the item generator reads
-    (``item_text`` cut to ``max_words``): scikit-learn's English stop words, words of two or more letters
+    rewards are 0. These targets use no relevance label and only the words the item generator reads
+    (title and ``shown_description``): scikit-learn's English stop words, words of two or more letters
     (no digits), sublinear term frequency, the catalog as the document collection.
     """
     from sklearn.feature_extraction.text import TfidfVectorizer
 
     ids = sorted(catalog.items)
-    texts = [catalog.items[i].title + "\n" + " ".join(catalog.items[i].text.split()[:max_words]) for i in ids]
+    texts = [f"{catalog.items[i].title}\n{shown_description(catalog.items[i], max_words)}" for i in ids]
     vectorizer = TfidfVectorizer(
         stop_words="english", sublinear_tf=True, token_pattern=r"(?u)\b[^\W\d_]{2,}\b"
     )
@@ -525,7 +531,6 @@ def query_sft_targets(
 
 # ---- 5. Keyword files: one side's keyword sets, written by the evaluation that used them -------------------
 
-ITEM_SFT_TARGETS = ("base_model", "tfidf")
 KEYWORD_FILES = {"query": "query_keywords.json", "item": "item_keywords.json"}
 TRAINED = "trained in this run"
 
