@@ -71,10 +71,10 @@ dry-run: setup ## compose every experiment and print the resolved config of one 
 	$(PY) -m rankrl.train --cfg job experiment=rankr1/bm25_dl19 | head -40
 
 bench: setup ## each benchmark against its named alternative, with the ratio (~10 min)
-	$(PY) -m rankrl.bench            # one GRPO step, ours vs TRL's GRPOTrainer on SmolLM2-135M
-	$(PY) -m rankrl.bench_parsers    # Rank-R1 answer parsing, linear scan vs the official regex
-	$(PY) -m rankrl.bench_grape      # rank of the gold from the memory-mapped index vs the bare matmul
-	$(PY) -m rankrl.bench_cogr       # CoGR item reward, incremental vs brute force (43k items x 480 queries)
+	$(PY) -m rankrl.benchmarks.grpo_step         # one GRPO step, ours vs TRL's GRPOTrainer on SmolLM2-135M
+	$(PY) -m rankrl.benchmarks.rankr1_parser     # Rank-R1 answer parsing, linear scan vs the official regex
+	$(PY) -m rankrl.benchmarks.grape_rank        # rank of the gold from the memory-mapped index vs the bare matmul
+	$(PY) -m rankrl.benchmarks.cogr_item_reward  # CoGR item reward, incremental vs brute force (43k items x 480 queries)
 
 reproduce: setup ## every paper's reproduction, one after the other (each experiments/<paper>/reproduce.sh), then all tables
 	@set -e; for script in experiments/*/reproduce.sh; do echo "=== $$script"; bash $$script; done

@@ -8,12 +8,12 @@ import sys
 
 import pytest
 
-from rankrl import bench
+from rankrl.benchmarks import grpo_step as bench
 
 
 METER_PROBE = """
 import json
-from rankrl import bench
+from rankrl.benchmarks import grpo_step as bench
 meter = bench.StepMeter()
 before = bytearray(b"\\x5a") * (64 * 2**20)  # allocated before the step: must not count as the step's growth
 meter.start()

@@ -145,8 +145,8 @@ def test_cache_is_written_once_and_reopened_memory_mapped(tmp_path) -> None:
 
 
 def test_rank_benchmark_reports_its_ratio() -> None:
-    """``python -m rankrl.bench_grape`` at toy size: structure only, timings are never asserted."""
-    from rankrl.bench_grape import run
+    """``python -m rankrl.benchmarks.grape_rank`` at toy size: structure only, timings are never asserted."""
+    from rankrl.benchmarks.grape_rank import run
 
     report = run(items=3000, dim=16, queries=4, repeats=1)
     assert report["bare_matmul_s"] > 0 and report["rank_of_mmap_s"] > 0

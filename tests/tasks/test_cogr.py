@@ -696,7 +696,7 @@ def test_tiny_pipeline_alternates_two_rounds_hands_indexes_over_and_reports(tmp_
 
 def test_bench_compares_methods_on_identical_values():
     """The benchmark on a small catalog: structure and exact agreement only, never timings."""
-    from rankrl import bench_cogr
+    from rankrl.benchmarks import cogr_item_reward as bench_cogr
 
     shape = bench_cogr.CatalogShape(items=600, queries=20, classes=30, relevant=20)
     result = bench_cogr.run_benchmark(shape, incremental=40, brute=8, rebuild=2)

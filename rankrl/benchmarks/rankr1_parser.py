@@ -9,7 +9,7 @@ The official regex runs only on the two shorter inputs (about 2.5 s together on 
 past ``--official-budget`` seconds; on the longer ones its time is extrapolated from those two by the fitted
 power law and labelled so. Every input it runs on must give our result, or the benchmark fails.
 
-CLI: ``python -m rankrl.bench_parsers [--repeats N] [--official-budget SECONDS]``
+CLI: ``python -m rankrl.benchmarks.rankr1_parser [--repeats N] [--official-budget SECONDS]``
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ with the corpus in RAM, and ``rank_of`` on the memory-mapped index (normalising 
 the gold scores, the comparison and the count). Reported: medians, their ratio, and for information
 ``probe`` (ranks plus the monitor's similarities) and faiss top-10 search.
 
-CLI: ``python -m rankrl.bench_grape [--items N] [--dim D] [--queries B] [--repeats R] [--out FILE]``.
+CLI: ``python -m rankrl.benchmarks.grape_rank [--items N] [--dim D] [--queries B] [--repeats R] [--out FILE]``.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ each is not counted. Time: wall clock from the step's start to the end of its op
 prompt rows comes just before and is not counted). Memory: the worker's peak resident set size during the
 step, ``VmHWM`` reset through /proc/self/clear_refs at the step start (model and optimizer state included).
 
-CLI: ``python -m rankrl.bench [--model PATH] [--repeats N] [--out FILE]`` (``make bench``).
+CLI: ``python -m rankrl.benchmarks.grpo_step [--model PATH] [--repeats N] [--out FILE]`` (``make bench``).
 """
 
 from __future__ import annotations
@@ -253,7 +253,7 @@ class Worker:
 
     def __init__(self, side: str, cfg: BenchConfig) -> None:
         self.side, self.log = side, tempfile.TemporaryFile(mode="w+")  # stderr, shown if the worker fails
-        cmd = [sys.executable, "-m", "rankrl.bench", "--worker", side,
+        cmd = [sys.executable, "-m", "rankrl.benchmarks.grpo_step", "--worker", side,
                "--worker-config", json.dumps(asdict(cfg))]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
                                      text=True, env={**os.environ, **OFFLINE_ENV})
@@ -384,7 +384,7 @@ def format_report(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
-    parser = argparse.ArgumentParser(prog="python -m rankrl.bench", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m rankrl.benchmarks.grpo_step", description=__doc__.split("\n")[0])
     parser.add_argument("--model", default=BenchConfig.model,
                         help="model folder, or smollm2-135m / tiny (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=BenchConfig.repeats, help="timed steps per side")

@@ -20,7 +20,7 @@ A candidate set is 10 keywords drawn the same way as the item's own (a plausible
 keywords of queries make retrieved sets large (~10,000 items): the regime of an untrained keyword space;
 ``--generic-per-query 0`` gives sets of about the relevant size.
 
-CLI: ``python -m rankrl.bench_cogr [--items 43000] [--queries 480] [--incremental 2000] [--brute 30]
+CLI: ``python -m rankrl.benchmarks.cogr_item_reward [--items 43000] [--queries 480] [--incremental 2000] [--brute 30]
 [--rebuild 3] [--generic-per-query 2] [--seed 0] [--out FILE]``.
 """
 
@@ -234,7 +234,7 @@ def format_report(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(prog="python -m rankrl.bench_cogr", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m rankrl.benchmarks.cogr_item_reward", description=__doc__.split("\n")[0])
     parser.add_argument("--items", type=int, default=CatalogShape.items)
     parser.add_argument("--queries", type=int, default=CatalogShape.queries)
     parser.add_argument("--incremental", type=int, default=2000, help="items timed incrementally")
