@@ -5,6 +5,8 @@ python -m rankrl.report paper=rankr1    # one paper
 
 Tables come from finished runs (metrics.json, see rankrl.report.tables); figures from training logs
 (train_log.jsonl, see rankrl.report.figures), so a run still training already shows in its figures.
+A paper without any finished run keeps its tables, and a figure without its runs is not drawn, so running
+this in a fresh checkout does not blank what is committed.
 """
 
 from __future__ import annotations
@@ -58,7 +60,11 @@ def report(cfg: DictConfig, experiments_dir: Path = REPO_ROOT / "experiments") -
             out_dir = paper_dir
         if (paper_dir / "tables.yaml").exists():
             runs = latest_per_cell(collect_runs(cfg.runs_dir, paper=paper))
-            written += write_tables(runs, paper_dir, out_dir)
+            if runs.empty:  # a fresh checkout: rewriting would blank the committed, measured tables
+                log.warning("no finished %s runs under %s: its tables are left as they are "
+                            "(make reproduce-%s makes them)", paper, cfg.runs_dir, paper)
+            else:
+                written += write_tables(runs, paper_dir, out_dir)
         if (paper_dir / "figures.yaml").exists():
             if run_folders is None:  # one walk of runs_dir for every paper
                 run_folders = find_runs(cfg.runs_dir)

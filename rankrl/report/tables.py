@@ -110,6 +110,7 @@ def write_tables(runs: pd.DataFrame, paper_dir: Path, out_dir: Path) -> list[Pat
         csv_path, md_path = out_dir / f"{table['name']}.csv", out_dir / f"{table['name']}.md"
         frame.to_csv(csv_path, index=False)
         header = f"### {table['title']}\n\n{metric}; {spec.get('legend', '')}\n\n"
-        md_path.write_text(header + frame.to_markdown(index=False) + "\n")
+        # the cells are already formatted strings: tabulate must not re-parse "0.6190" into 0.619
+        md_path.write_text(header + frame.to_markdown(index=False, disable_numparse=True) + "\n")
         written += [md_path, csv_path]
     return written

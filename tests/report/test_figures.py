@@ -180,6 +180,27 @@ def test_report_all_writes_every_papers_tables_and_figures(tmp_path):
         report(OmegaConf.create({**cfg, "paper": "engine"}), experiments)
 
 
+def test_a_paper_without_finished_runs_keeps_its_tables(tmp_path, caplog):
+    experiments = tmp_path / "experiments"
+    (experiments / "demo").mkdir(parents=True)
+    (experiments / "demo" / "tables.yaml").write_text(json.dumps(
+        {"metric": "nDCG@10", "tables": [{"name": "t", "title": "T", "benchmark": "dl19", "columns": ["nDCG@10"],
+                                      "rows": [{"method": "A", "experiment": "demo/a"}]}]}))
+    (experiments / "demo" / "published.yaml").write_text("{}\n")
+    committed = experiments / "demo" / "t.md"
+    committed.write_text("| A | 0.5 |\n")
+    runs_dir = tmp_path / "runs"
+    make_run(runs_dir, "other/a", paper="other")  # another paper's run does not count
+    cfg = OmegaConf.create({"paper": "demo", "runs_dir": str(runs_dir)})
+    with caplog.at_level(logging.WARNING):
+        assert report(cfg, experiments) == []
+    assert committed.read_text() == "| A | 0.5 |\n"
+    assert "no finished demo runs" in caplog.text
+    make_run(runs_dir, "demo/a", paper="demo")
+    assert [p.name for p in report(cfg, experiments)] == ["t.md", "t.csv"]
+    assert "0.4000" in committed.read_text()
+
+
 def test_report_entry_point_runs_every_paper(tmp_path):
     runs_dir = tmp_path / "runs"
     make_run(runs_dir, "rankr1/warmstart_grpo_dl19/grpo", paper="rankr1")
