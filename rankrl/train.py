@@ -23,6 +23,7 @@ from rankrl import app
 from rankrl import distributed as ddp
 from rankrl.cli import one_line_errors
 from rankrl.config import CONFIG_DIR, check_overrides, check_run_keys, precheck
+from rankrl.rl.checkpoint import finish_checkpoints
 from rankrl.rl.config import build_trainer_config
 from rankrl.rl.trainer import make_loop
 from rankrl.runs import run_record, seed_everything, write_run_files
@@ -73,6 +74,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if ddp.is_main():
         logger.summary(result["metrics"])
         write_run_files(run_dir, cfg, record)
+        if not trainer_cfg.keep_checkpoints_when_done:
+            finish_checkpoints(loop.ckpt_root)
         log.info("metrics: %s (run folder %s)", result["metrics"], run_dir)
     logger.finish()
     return record

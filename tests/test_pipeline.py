@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rankrl.pipeline import Stage, expand, plan
-from rankrl.rl.checkpoint import latest_checkpoint
+from rankrl.rl.checkpoint import OPTIMIZER_FILE, latest_checkpoint
 
 SEED_DIR = Path("cpu-tiny") / "seed0"
 
@@ -65,6 +65,9 @@ def test_sft_grpo_evaluate_pipeline_skips_finished_stages_and_resumes_a_killed_o
     assert grpo["roles"]["policy"]["init_from"] == str(root / "sft")
     assert grpo["roles"]["policy"]["weights_start"] == sft["roles"]["policy"]["weights_end"]
     assert ev["roles"]["policy"]["weights"] == grpo["roles"]["policy"]["weights_end"]
+    for stage in ("sft", "grpo"):  # a finished stage keeps its final weights, not its optimizer state
+        kept = list((root / stage / "checkpoints").glob("step_*"))
+        assert len(kept) == 1 and (kept[0] / "policy").is_dir() and not (kept[0] / OPTIMIZER_FILE).exists()
 
     again = subprocess.run(_pipeline(whole, "core/vowels_pipeline", *args), capture_output=True, text=True)
     assert again.returncode == 0 and again.stdout.count(": done") == 3, again.stdout

@@ -3,7 +3,8 @@
 A checkpoint folder ``checkpoints/step_<k>/`` holds
 - ``policy/``: ``save_pretrained`` output (full weights or the LoRA adapter), loadable by
   ``rankrl.evaluate ckpt_path=...`` whatever the training strategy;
-- ``trainer_state.pt``: scheduler, data position, step, and the optimizer state when it is not sharded;
+- ``trainer_state.pt``: scheduler, data position and step;
+- ``optimizer.pt``: the optimizer state when it is not sharded (for AdamW twice the size of the weights);
 - ``rng_rank<r>.pt``: each rank's RNG states, so every rank samples on where it stopped;
 - ``sharded/``: under FSDP, the sharded policy and optimizer state as a torch.distributed.checkpoint;
 - ``manifest.json``: written last, once every rank's files are on disk: each file's relative path, size
@@ -16,6 +17,9 @@ A checkpoint can still be damaged afterwards (a full disk, a copy cut short, a b
 the newest *intact* one (``latest_checkpoint``, ``verify_checkpoint``) and warns about each damaged one it
 skips. Checkpoints from before the manifest (legacy) are accepted when their ``trainer_state.pt`` is a
 complete zip archive (the format ``torch.save`` writes), without checking the other files.
+
+Once a run has finished, ``finish_checkpoints`` keeps its final checkpoint only, by default without the
+optimizer state: later stages start from its weights, and a finished stage then takes a third of the disk.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from rankrl import distributed as ddp
 log = logging.getLogger(__name__)
 
 STATE_FILE = "trainer_state.pt"
+OPTIMIZER_FILE = "optimizer.pt"
 LATEST = "latest"
 SHARDED = "sharded"
 MANIFEST = "manifest.json"
@@ -112,11 +117,12 @@ def save_checkpoint(
         _save_sharded(tmp / SHARDED, policy, optimizer)
         weights = _full_weights(policy)
     else:
-        state["optimizer"] = optimizer.state_dict()  # identical on every rank under DDP
         weights = None
     if ddp.is_main():
         policy.save_pretrained(tmp / "policy", **({"state_dict": weights} if weights is not None else {}))
         torch.save(state, tmp / STATE_FILE)
+        if weights is None:  # not sharded: the optimizer state is identical on every rank under DDP
+            torch.save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
     ddp.barrier()  # every rank's files (rng, sharded state) are written: the manifest can list them all
     if ddp.is_main():
         write_manifest(tmp)
@@ -141,7 +147,13 @@ def load_checkpoint(ckpt: Path, policy: torch.nn.Module, optimizer: torch.optim.
         _load_sharded(ckpt / SHARDED, policy, optimizer)
     else:
         load_policy_weights(policy, ckpt / "policy")
-        optimizer.load_state_dict(state["optimizer"])
+        if (ckpt / OPTIMIZER_FILE).exists():
+            optimizer.load_state_dict(torch.load(ckpt / OPTIMIZER_FILE, weights_only=False))
+        elif "optimizer" in state:  # written before the optimizer state had its own file
+            optimizer.load_state_dict(state["optimizer"])
+        else:
+            log.warning("%s holds no optimizer state (its run had finished and kept the weights only, see "
+                        "trainer.keep_checkpoints_when_done): the optimizer starts afresh", ckpt)
     rng = ckpt / f"rng_rank{ddp.rank()}.pt"
     if not rng.exists():
         raise FileNotFoundError(f"{rng} is missing: {ckpt} was written by a run with fewer ranks")
@@ -190,12 +202,17 @@ def _sha256(path: Path) -> str:
 def write_manifest(ckpt: Path) -> Path:
     """Write ``ckpt/manifest.json`` (atomically: a temporary file, then a rename) listing every other file
     under ``ckpt``: relative path, size and sha256. Called last, when all the checkpoint's files exist."""
-    tmp = ckpt / (MANIFEST + ".tmp")
-    listed = sorted(p for p in ckpt.rglob("*") if p.is_file() and p not in (ckpt / MANIFEST, tmp))
+    skip = (ckpt / MANIFEST, ckpt / (MANIFEST + ".tmp"))
+    listed = sorted(p for p in ckpt.rglob("*") if p.is_file() and p not in skip)
     files = [{"path": p.relative_to(ckpt).as_posix(), "size": p.stat().st_size, "sha256": _sha256(p)}
              for p in listed]
+    return _write_manifest_file(ckpt, {"version": MANIFEST_VERSION, "files": files})
+
+
+def _write_manifest_file(ckpt: Path, manifest: dict[str, Any]) -> Path:
+    tmp = ckpt / (MANIFEST + ".tmp")
     with open(tmp, "w") as f:
-        json.dump({"version": MANIFEST_VERSION, "files": files}, f, indent=1)
+        json.dump(manifest, f, indent=1)
         f.flush()
         os.fsync(f.fileno())
     return tmp.replace(ckpt / MANIFEST)
@@ -301,6 +318,29 @@ def resolve_resume_checkpoint(ckpt_root: Path) -> Path | None:
         reasons = "; ".join(f"{p.name}: {why}" for p, why in skipped)
         raise CheckpointError(f"no intact checkpoint in {ckpt_root} ({reasons})")
     return found
+
+
+def finish_checkpoints(ckpt_root: Path) -> Path | None:
+    """After a run has finished, keep what later stages need: the final checkpoint without its optimizer
+    state. Every older checkpoint is removed. Returns the final checkpoint (None if there is none).
+
+    Safe to kill at any moment: the older folders are not the one ``latest`` names, and the manifest is
+    rewritten without the optimizer file (atomically) before that file is deleted; files a manifest does
+    not list are ignored, so the checkpoint is intact at every point. Sharded (FSDP) checkpoints keep their
+    ``sharded/`` state, which holds the weights too.
+    """
+    final = latest_checkpoint(ckpt_root)
+    if final is None:
+        return None
+    for old in ckpt_root.glob("step_*"):
+        if old.is_dir() and old != final:
+            shutil.rmtree(old, ignore_errors=True)
+    if (final / OPTIMIZER_FILE).exists():
+        manifest = json.loads((final / MANIFEST).read_text())
+        manifest["files"] = [e for e in manifest["files"] if e["path"] != OPTIMIZER_FILE]
+        _write_manifest_file(final, manifest)
+        (final / OPTIMIZER_FILE).unlink()
+    return final
 
 
 def load_policy_weights(policy: torch.nn.Module, policy_dir: Path) -> None:

@@ -43,7 +43,10 @@ class TrainerConfig:
         eval_every: run the full evaluation every N steps (0 = only at the end).
         monitor_every: evaluate the task's fixed probe set every N steps and at step 0 (0 = never); logged
             as ``monitor/<name>``, separate from the full evaluation and from ``eval_limit``.
-        keep_checkpoints: how many step checkpoints to keep on disk.
+        keep_checkpoints: how many step checkpoints to keep on disk while the run trains.
+        keep_checkpoints_when_done: false: once the run has finished, keep only what later stages need,
+            the final checkpoint without its optimizer state (2x the weights for AdamW); true: keep the
+            checkpoints as training left them, to extend the run exactly with more steps.
         resume: continue from the run folder's newest intact checkpoint if there is one.
         strategy: under ``torchrun``, ``ddp`` (a full replica per rank) or ``fsdp`` (sharded).
 
@@ -75,6 +78,7 @@ class TrainerConfig:
     eval_every: int = 0
     monitor_every: int = 0
     keep_checkpoints: int = 2
+    keep_checkpoints_when_done: bool = False
     resume: bool = False
     strategy: str = "ddp"
     prompts_per_step: int = 4

@@ -14,8 +14,10 @@ import torch
 from rankrl.rl.checkpoint import (
     LATEST,
     MANIFEST,
+    OPTIMIZER_FILE,
     STATE_FILE,
     CheckpointError,
+    finish_checkpoints,
     latest_checkpoint,
     load_checkpoint,
     resolve_resume_checkpoint,
@@ -83,7 +85,7 @@ def test_save_writes_a_manifest_of_every_file(root):
     listed = {e["path"]: e for e in manifest["files"]}
     on_disk = {p.relative_to(ckpt).as_posix() for p in ckpt.rglob("*") if p.is_file()} - {MANIFEST}
     assert set(listed) == on_disk
-    assert {STATE_FILE, "rng_rank0.pt", "policy/model.safetensors", "policy/config.json"} <= on_disk
+    assert {STATE_FILE, OPTIMIZER_FILE, "rng_rank0.pt", "policy/model.safetensors", "policy/config.json"} <= on_disk
     for p in on_disk:
         assert listed[p]["size"] == (ckpt / p).stat().st_size and len(listed[p]["sha256"]) == 64, p
     assert not list(root.rglob("*.tmp")) and not list(root.glob(".tmp_step_*"))
@@ -165,3 +167,37 @@ def test_pointer_problems_and_empty_roots(root, tmp_path, caplog):
     (root / LATEST).write_text("step_000002")
     with pytest.raises(CheckpointError, match="step_000002: missing"):
         resolve_resume_checkpoint(root)
+
+
+def test_a_finished_run_keeps_its_final_weights_without_the_optimizer_state(saved, root, caplog):
+    policy, optimizer, _, expected = saved
+    final = finish_checkpoints(root)
+    assert final == root / "step_000002"
+    assert sorted(p.name for p in root.iterdir()) == [LATEST, "step_000002"]
+    assert not (final / OPTIMIZER_FILE).exists()
+    assert verify_checkpoint(final) is None and latest_checkpoint(root) == final
+    assert OPTIMIZER_FILE not in {e["path"] for e in json.loads((final / MANIFEST).read_text())["files"]}
+
+    fresh = torch.optim.AdamW(policy.parameters(), lr=1e-2)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        assert load_checkpoint(final, policy, fresh)["step"] == 2
+    for name, tensor in policy.state_dict().items():
+        assert torch.equal(tensor, expected[2]["weights"][name]), name
+    assert not fresh.state and "starts afresh" in caplog.text
+    assert finish_checkpoints(root) == final  # a second call changes nothing
+
+
+def test_finishing_is_safe_at_its_one_non_atomic_point(root):
+    """Killed after the manifest was rewritten but before the optimizer file was deleted: the checkpoint
+    is intact (files a manifest does not list are ignored) and a rerun finishes the job."""
+    final = root / "step_000002"
+    manifest = json.loads((final / MANIFEST).read_text())
+    manifest["files"] = [e for e in manifest["files"] if e["path"] != OPTIMIZER_FILE]
+    (final / MANIFEST).write_text(json.dumps(manifest))
+    assert verify_checkpoint(final) is None
+    finish_checkpoints(root)
+    assert not (final / OPTIMIZER_FILE).exists() and verify_checkpoint(final) is None
+
+
+def test_finishing_without_checkpoints_does_nothing(tmp_path):
+    assert finish_checkpoints(tmp_path / "checkpoints") is None

@@ -125,7 +125,9 @@ def test_resume_after_kill_matches_an_unbroken_run(tmp_path, model_dir, kind, ar
 
 def test_corrupted_newest_checkpoint_resumes_from_the_older_one(tmp_path, model_dir):
     """Truncate the newest checkpoint's state: resume warns, goes on from the older one, ends as unbroken."""
-    args = ("trainer.max_steps=6", "trainer.save_every=2", "trainer.keep_checkpoints=3")
+    # the shorter run's checkpoints must stay as training left them: it is extended below
+    args = ("trainer.max_steps=6", "trainer.save_every=2", "trainer.keep_checkpoints=3",
+            "trainer.keep_checkpoints_when_done=true")
     whole, broken = tmp_path / "whole", tmp_path / "broken"
     assert subprocess.run(_train_cmd(whole, *args), capture_output=True).returncode == 0
     assert subprocess.run(_train_cmd(broken, *args, "trainer.max_steps=4"), capture_output=True).returncode == 0
