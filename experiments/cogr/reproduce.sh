@@ -28,7 +28,7 @@ pipeline() {  # pipeline <experiment> [overrides...]: prints the pipeline folder
 # Baselines on the CPU-scale catalog: BM25 and MiniLM, each cut at the depth with the best training F1 (seconds)
 evaluate cogr/bm25_cutoff_dlpools
 evaluate cogr/dense_cutoff_dlpools
-# CoGR: base-model keywords, SFT of both generators, 2 alternating GRPO rounds, final evaluation
+# CoGR: base-model keywords, SFT of both generators, alternating GRPO rounds (cogr_schedule.rounds), final evaluation
 ROOT=$(pipeline cogr/cogr_dlpools)
 # CoGR*: the query side alone, from the SFT stages above, over the SFT item index
 pipeline cogr/cogr_star_dlpools "roles.query.init_from=$ROOT/sft_query" "roles.item.init_from=$ROOT/sft_item" >/dev/null
