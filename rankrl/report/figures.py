@@ -382,7 +382,7 @@ def draw_figure(figure: Mapping[str, Any], runs: pd.DataFrame, out_dir: Path) ->
     data = pd.concat(parts, ignore_index=True)[CSV_COLUMNS] if parts else pd.DataFrame(columns=CSV_COLUMNS)
     drawn = pd.concat(used)
     footer = (f"scale: {_join(drawn['scale'])}; model: {_join(drawn['model'])}. " + "; ".join(notes)
-              + (f". Smoothed: rolling mean over the window given per panel (raw faint)."
+              + (". Smoothed: rolling mean over the window given per panel (raw faint)."
                  if any(p.get("smooth") for p in panels) else ""))
     out_dir.mkdir(parents=True, exist_ok=True)
     png, csv = out_dir / f"{figure['name']}.png", out_dir / f"{figure['name']}.csv"
