@@ -90,7 +90,7 @@ pipeline-check: setup ## the engine's own pipelines on the tiny model: SFT -> GR
 	$(PY) -m rankrl.pipeline experiment=core/vowels_pipeline model=tiny
 	$(PY) -m rankrl.pipeline experiment=core/vowel_relay_rounds model=tiny
 
-reproduce-cogr: setup ## CoGR: CPU-scale rows (ABLATIONS=1 adds the ablations), tables, figures (18 min measured; experiments/cogr/README.md)
+reproduce-cogr: setup ## CoGR: CPU-scale rows (ABLATIONS=1 adds the ablations), tables, figures (42 min measured; experiments/cogr/README.md)
 	bash experiments/cogr/reproduce.sh
 
 reproduce-fgrpo: setup ## F-GRPO: every CPU-runnable row, then its tables and figures (82 min measured from a fresh clone; experiments/fgrpo/README.md)
