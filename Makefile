@@ -61,7 +61,7 @@ $(MODELS) &:
 data: $(INSTALLED) ## prepare every benchmark under $(DATA_DIR): copy ../shared/data, else download
 	$(PY) -m rankrl.data.prepare --data-dir $(RANKRL_DATA_DIR) $(if $(wildcard $(SHARED_DATA)),--shared-dir $(SHARED_DATA),)
 
-test: setup ## the test suite without slow tests (~12 min on 2 cores)
+test: setup ## the test suite without slow tests (~9 min on 2 idle cores)
 	$(PY) -m pytest -m "not slow" -q $(PYTEST_ARGS)
 
 test-full: setup ## every test, slow ones included

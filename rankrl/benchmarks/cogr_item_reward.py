@@ -234,7 +234,8 @@ def format_report(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(prog="python -m rankrl.benchmarks.cogr_item_reward", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}" if __spec__ else None,
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=CatalogShape.items)
     parser.add_argument("--queries", type=int, default=CatalogShape.queries)
     parser.add_argument("--incremental", type=int, default=2000, help="items timed incrementally")

@@ -87,7 +87,8 @@ def run(items: int = 100_000, dim: int = 512, queries: int = 64, repeats: int = 
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}" if __spec__ else None,
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=100_000)
     parser.add_argument("--dim", type=int, default=512)
     parser.add_argument("--queries", type=int, default=64)

@@ -384,7 +384,8 @@ def format_report(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
-    parser = argparse.ArgumentParser(prog="python -m rankrl.benchmarks.grpo_step", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}" if __spec__ else None,
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=BenchConfig.model,
                         help="model folder, or smollm2-135m / tiny (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=BenchConfig.repeats, help="timed steps per side")

@@ -104,7 +104,8 @@ def table(rows: list[Row]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}" if __spec__ else None,
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="timed runs of our parser (the best counts)")
     parser.add_argument("--official-budget", type=float, default=30.0,
                         help="seconds after which the official regex is not started again")
