@@ -18,8 +18,9 @@ the newest *intact* one (``latest_checkpoint``, ``verify_checkpoint``) and warns
 skips. Checkpoints from before the manifest (legacy) are accepted when their ``trainer_state.pt`` is a
 complete zip archive (the format ``torch.save`` writes), without checking the other files.
 
-Once a run has finished, ``finish_checkpoints`` keeps its final checkpoint only, by default without the
-optimizer state: later stages start from its weights, and a finished stage then takes a third of the disk.
+Once a run has finished, ``finish_checkpoints`` keeps only its final checkpoint, without the optimizer state
+(``rankrl.train`` calls it unless ``trainer.keep_checkpoints_when_done``): later stages start from the weights
+alone, and a finished stage then takes a third of the disk.
 """
 
 from __future__ import annotations
