@@ -83,7 +83,7 @@ reproduce: setup ## every paper's reproduction, one after the other (each experi
 reproduce-rankr1: setup ## Rank-R1: every CPU-runnable row, then its tables and reward curve (66 min measured; experiments/rankr1/README.md)
 	bash experiments/rankr1/reproduce.sh
 
-reproduce-grape: setup ## GRAPE: the CPU-scale text rows, tables and CPU Fig. 5 (27 min measured; experiments/grape/README.md)
+reproduce-grape: setup ## GRAPE: the CPU-scale text rows, tables and CPU Fig. 5 (13 min measured; experiments/grape/README.md)
 	bash experiments/grape/reproduce.sh
 
 pipeline-check: setup ## the engine's own pipelines on the tiny model: SFT -> GRPO -> evaluate, and two roles in rounds (~1 min)
