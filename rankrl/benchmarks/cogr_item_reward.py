@@ -20,13 +20,12 @@ A candidate set is 10 keywords drawn the same way as the item's own (a plausible
 keywords of queries make retrieved sets large (~10,000 items): the regime of an untrained keyword space;
 ``--generic-per-query 0`` gives sets of about the relevant size.
 
-CLI: ``python -m rankrl.benchmarks.cogr_item_reward [--items 43000] [--queries 480] [--incremental 2000] [--brute 30]
-[--rebuild 3] [--generic-per-query 2] [--seed 0] [--out FILE]``.
+CLI: ``python -m rankrl.benchmarks.cogr_item_reward [--items 43000] [--queries 480] [--incremental 2000]
+[--brute 30] [--rebuild 3] [--generic-per-query 2] [--seed 0] [--out FILE]``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import random
@@ -37,6 +36,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from rankrl.benchmarks import argument_parser
 from rankrl.retrieval.keyword_index import KeywordIndex, keyword_bag
 from rankrl.tasks.cogr import ItemCounterfactual, brute_force_gain
 
@@ -234,8 +234,7 @@ def format_report(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}" if __spec__ else None,
-                                     description=__doc__.splitlines()[0])
+    parser = argument_parser(__spec__, __doc__)
     parser.add_argument("--items", type=int, default=CatalogShape.items)
     parser.add_argument("--queries", type=int, default=CatalogShape.queries)
     parser.add_argument("--incremental", type=int, default=2000, help="items timed incrementally")

@@ -11,12 +11,12 @@ with the corpus in RAM, and ``rank_of`` on the memory-mapped index (normalising 
 the gold scores, the comparison and the count). Reported: medians, their ratio, and for information
 ``probe`` (ranks plus the monitor's similarities) and faiss top-10 search.
 
-CLI: ``python -m rankrl.benchmarks.grape_rank [--items N] [--dim D] [--queries B] [--repeats R] [--out FILE]``.
+CLI: ``python -m rankrl.benchmarks.grape_rank [--items N] [--dim D] [--queries B] [--repeats R]
+[--out FILE]``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from rankrl.benchmarks import argument_parser
 from rankrl.retrieval.vector_index import cached_vectors, l2_normalize
 
 GOAL_RATIO = 2.0
@@ -87,8 +88,7 @@ def run(items: int = 100_000, dim: int = 512, queries: int = 64, repeats: int = 
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}" if __spec__ else None,
-                                     description=__doc__.splitlines()[0])
+    parser = argument_parser(__spec__, __doc__)
     parser.add_argument("--items", type=int, default=100_000)
     parser.add_argument("--dim", type=int, default=512)
     parser.add_argument("--queries", type=int, default=64)

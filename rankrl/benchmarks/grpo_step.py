@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from rankrl.benchmarks import argument_parser
 from rankrl.tasks.vowels import VowelWordsTask, vowel_word_reward
 
 # The target for our step time relative to TRL's on the identical configuration: the purpose-built loop
@@ -384,8 +385,7 @@ def format_report(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
-    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}" if __spec__ else None,
-                                     description=__doc__.splitlines()[0])
+    parser = argument_parser(__spec__, __doc__)
     parser.add_argument("--model", default=BenchConfig.model,
                         help="model folder, or smollm2-135m / tiny (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=BenchConfig.repeats, help="timed steps per side")

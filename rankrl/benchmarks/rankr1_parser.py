@@ -14,7 +14,6 @@ CLI: ``python -m rankrl.benchmarks.rankr1_parser [--repeats N] [--official-budge
 
 from __future__ import annotations
 
-import argparse
 import math
 import re
 import sys
@@ -22,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from rankrl.benchmarks import argument_parser
 from rankrl.tasks.rankr1 import OFFICIAL_PATTERN, _find_answer
 
 UNIT = "<think>x</think><answer>"
@@ -104,8 +104,7 @@ def table(rows: list[Row]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}" if __spec__ else None,
-                                     description=__doc__.splitlines()[0])
+    parser = argument_parser(__spec__, __doc__)
     parser.add_argument("--repeats", type=int, default=5, help="timed runs of our parser (the best counts)")
     parser.add_argument("--official-budget", type=float, default=30.0,
                         help="seconds after which the official regex is not started again")

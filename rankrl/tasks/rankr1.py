@@ -57,7 +57,8 @@ def truncate(text: str, tokenizer: Any, max_tokens: int | None) -> str:
 
 # The official patterns (searched with re.DOTALL), kept for reference and differential tests. Backtracking
 # makes the reasoning one about cubic on degenerate outputs such as ``<think>x</think><answer>`` repeated:
-# 0.26 s at 1,600 tokens, 2.1 s at 3,200, ~500 s (extrapolated) at 20,000 (python -m rankrl.benchmarks.rankr1_parser).
+# 0.26 s at 1,600 tokens, 2.1 s at 3,200, ~500 s (extrapolated) at 20,000
+# (python -m rankrl.benchmarks.rankr1_parser).
 # ``_find_answer`` gives the same group 1 in linear time (microseconds there).
 OFFICIAL_PATTERN = r"<think>.*?</think>\s*<answer>(.*?)</answer>"  # prompts [setwise_r1] pattern
 OFFICIAL_PLAIN_PATTERN = "<answer>(.*?)</answer>"  # prompts [setwise] pattern

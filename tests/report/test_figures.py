@@ -184,8 +184,9 @@ def test_a_paper_without_finished_runs_keeps_its_tables(tmp_path, caplog):
     experiments = tmp_path / "experiments"
     (experiments / "demo").mkdir(parents=True)
     (experiments / "demo" / "tables.yaml").write_text(json.dumps(
-        {"metric": "nDCG@10", "tables": [{"name": "t", "title": "T", "benchmark": "dl19", "columns": ["nDCG@10"],
-                                      "rows": [{"method": "A", "experiment": "demo/a"}]}]}))
+        {"metric": "nDCG@10", "tables": [{"name": "t", "title": "T", "benchmark": "dl19",
+                                          "columns": ["nDCG@10"],
+                                          "rows": [{"method": "A", "experiment": "demo/a"}]}]}))
     (experiments / "demo" / "published.yaml").write_text("{}\n")
     committed = experiments / "demo" / "t.md"
     committed.write_text("| A | 0.5 |\n")

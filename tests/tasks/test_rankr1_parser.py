@@ -1,5 +1,6 @@
 """Rank-R1's answer parser: the linear scan gives exactly the official regex's result, and stays fast on
-degenerate outputs (``python -m rankrl.benchmarks.rankr1_parser`` measures it; nothing here asserts on time)."""
+degenerate outputs (``python -m rankrl.benchmarks.rankr1_parser`` measures it; nothing here asserts on
+time)."""
 
 from __future__ import annotations
 
