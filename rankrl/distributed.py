@@ -24,7 +24,9 @@ import torch.distributed as dist
 
 
 def is_distributed() -> bool:
-    return dist.is_available() and dist.is_initialized()
+    """Several ranks share the work. A process group of one (which vLLM's in-process engine initializes in
+    a single process) is not distributed: every function here is then the identity."""
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
 def world_size() -> int:
@@ -41,7 +43,7 @@ def is_main() -> bool:
 
 def init_from_env() -> None:
     """Join the process group that ``torchrun`` describes in the environment, if any."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not is_distributed():
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         dist.init_process_group(backend=backend)
         if torch.cuda.is_available():
