@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from rankrl.rollout.base import Rollouts
+from rankrl.rollout.base import Rollouts, SamplingParams
 
 
 @dataclass
@@ -69,22 +69,48 @@ def to_policy_batch(rollouts: Rollouts, pad_token_id: int) -> PolicyBatch:
     return PolicyBatch(input_ids, attention_mask, response_mask, p, sampler_logprobs)
 
 
-def token_logprobs(model: torch.nn.Module, batch: PolicyBatch, temperature: float = 1.0) -> torch.Tensor:
-    """Log-prob of each completion token under ``model``: (N, T), 0 where ``response_mask`` is 0.
-
-    Logits are divided by the sampling temperature, as the sampler's were, so ratios compare like with like.
-    """
+def completion_logits(model: torch.nn.Module, batch: PolicyBatch) -> torch.Tensor:
+    """(N, T, V) logits that predict the completion tokens (columns P-1 .. P+T-2 of the sequence)."""
     position_ids = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
-    p = batch.prompt_len
-    # only the logits that predict completion tokens are needed: columns P-1 .. P+T-2
-    logits = model(
+    return model(
         input_ids=batch.input_ids,
         attention_mask=batch.attention_mask,
         position_ids=position_ids,
         logits_to_keep=batch.response_mask.shape[1] + 1,
     ).logits[:, :-1, :]
+
+
+def gather_logprobs(logits: torch.Tensor, batch: PolicyBatch, temperature: float = 1.0) -> torch.Tensor:
+    """(N, T) log-prob of each completion token under ``logits / temperature``, 0 where ``response_mask`` is 0."""
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
-    targets = batch.input_ids[:, p:]
+    targets = batch.input_ids[:, batch.prompt_len :]
     logps = torch.gather(F.log_softmax(logits.float(), dim=-1), 2, targets.unsqueeze(-1)).squeeze(-1)
     return logps * batch.response_mask
+
+
+def token_logprobs(model: torch.nn.Module, batch: PolicyBatch, temperature: float = 1.0) -> torch.Tensor:
+    """Log-prob of each completion token under ``model``: (N, T), 0 where ``response_mask`` is 0.
+
+    Logits are divided by the sampling temperature, as the sampler's were, so ratios compare like with like.
+    """
+    return gather_logprobs(completion_logits(model, batch), batch, temperature)
+
+
+@torch.no_grad()
+def sampled_distribution_logprobs(logits: torch.Tensor, batch: PolicyBatch, sampling: SamplingParams) -> torch.Tensor:
+    """(N, T) log-probs of the completion tokens under the distribution the engines sample from: temperature,
+    then top-k / top-p, renormalized (the engines' convention, ``rankrl.rollout.hf``). It equals
+    ``gather_logprobs`` without top-k/top-p; with them it is what the engine/trainer mismatch is measured
+    against, as the trainer's own log-probs differ from the sampler's by the filtered-out mass."""
+    from rankrl.rollout.hf import warpers
+
+    if sampling.temperature <= 0 or (sampling.top_k == 0 and sampling.top_p >= 1.0):
+        return gather_logprobs(logits, batch, sampling.temperature)
+    n, t, v = logits.shape
+    scores = logits.float().reshape(n * t, v)
+    for warper in warpers(sampling):
+        scores = warper(None, scores)
+    logps = F.log_softmax(scores, dim=-1).reshape(n, t, v)
+    picked = logps.gather(2, batch.input_ids[:, batch.prompt_len :, None]).squeeze(-1)
+    return torch.where(batch.response_mask.bool(), picked, 0.0)  # a padding token may be filtered out (-inf)

@@ -14,13 +14,15 @@ is a class here and a YAML file, with no change to the loop.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
 from rankrl import distributed as ddp
 from rankrl.rl.advantages import get_advantage_fn
-from rankrl.rl.batch import PolicyBatch, to_policy_batch, token_logprobs
+from rankrl.rl.batch import (PolicyBatch, completion_logits, gather_logprobs, sampled_distribution_logprobs,
+                             to_policy_batch, token_logprobs)
 from rankrl.rl.config import TrainerConfig
 from rankrl.rl.losses import count_loss_items, policy_loss
 from rankrl.rl.spans import SpanBatch, span_advantages, span_masks, span_weights
@@ -153,11 +155,12 @@ class GRPOStep:
         sums: Metrics = {}
         for it in range(cfg.num_iterations):
             stats = backward_batch(self.model, batch, advantages, cfg, old=old, ref=ref)
-            if it > 0:
-                stats.pop("sampler_logprob_gap")  # only meaningful before the first update
+            gap = {k: stats.pop(k) for k in SAMPLER_GAP_KEYS}
+            if it == 0:  # engine vs trainer is only meaningful before the first update
+                sums.update(gap)
             stats["grad_norm"] = optimizer_step()
             for k, v in stats.items():
-                sums[k] = sums.get(k, 0.0) + v / (cfg.num_iterations if k != "sampler_logprob_gap" else 1)
+                sums[k] = sums.get(k, 0.0) + v / cfg.num_iterations
         return sums
 
     def batch_metrics(self, scores, rollouts: Rollouts, batch: PolicyBatch,
@@ -207,7 +210,11 @@ def backward_batch(model: torch.nn.Module, batch: PolicyBatch, advantages: torch
         stop = start + cfg.micro_batch_size
         micro = batch.rows(start, stop)
         with ddp.gradient_sync(model, sync=stop >= len(batch)):
-            logps = token_logprobs(model, micro, cfg.sampling.temperature)
+            logits = completion_logits(model, micro)
+            logps = gather_logprobs(logits, micro, cfg.sampling.temperature)
+            gap = _gap(sampled_distribution_logprobs(logits.detach(), micro, cfg.sampling),
+                       micro.sampler_logprobs, micro.response_mask)
+            del logits  # autograd keeps what backward needs; the full logits need not outlive this line
             total = 0.0
             for name, weight, adv, mask in terms:
                 loss, stats = policy_loss(
@@ -222,8 +229,8 @@ def backward_batch(model: torch.nn.Module, batch: PolicyBatch, advantages: torch
                 raise NonFiniteLossError(f"non-finite loss ({float(total.detach())})")
             (total * ddp.world_size()).backward()
         sums["loss"] = sums.get("loss", 0.0) + float(total.detach())  # shares of the batch total
-        sums["sampler_logprob_gap"] = sums.get("sampler_logprob_gap", 0.0) + len(micro) / len(batch) * _mean_gap(
-            logps.detach(), micro.sampler_logprobs, micro.response_mask)
+        sums["sampler_logprob_gap"] = sums.get("sampler_logprob_gap", 0.0) + len(micro) / len(batch) * gap.mean
+        sums["sampler_logprob_gap_max"] = max(sums.get("sampler_logprob_gap_max", 0.0), gap.max)
     return sums
 
 
@@ -234,9 +241,21 @@ def _accumulate(sums: dict[str, float], stats: dict[str, torch.Tensor], share: f
         sums[key] = sums.get(key, 0.0) + float(v) * (1.0 if k == "pg_loss" else share)
 
 
-def _mean_gap(logps: torch.Tensor, sampler_logps: torch.Tensor, mask: torch.Tensor) -> float:
-    """Mean |trainer - sampler| log-prob over completion tokens (0 = the engine samples the trained policy)."""
-    return float(((logps - sampler_logps).abs() * mask).sum() / mask.sum().clamp(min=1))
+# The engine/trainer mismatch, logged every step: mean and max |trainer - sampler| log-prob over completion
+# tokens (0 = the engine samples exactly the policy the trainer scores). A growing gap is what GRPO collapses
+# with vLLM rollouts were traced back to (vllm-project/vllm#14483): a stale push, a dtype or kernel change.
+SAMPLER_GAP_KEYS = ("sampler_logprob_gap", "sampler_logprob_gap_max")
+
+
+@dataclass(frozen=True)
+class LogprobGap:
+    mean: float
+    max: float
+
+
+def _gap(logps: torch.Tensor, sampler_logps: torch.Tensor, mask: torch.Tensor) -> LogprobGap:
+    diff = (logps - sampler_logps).abs() * mask
+    return LogprobGap(mean=float(diff.sum() / mask.sum().clamp(min=1)), max=float(diff.max()) if diff.numel() else 0.0)
 
 
 # ---------------------------------------------------------------------------------------------------- SFT
