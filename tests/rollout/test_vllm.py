@@ -1,0 +1,227 @@
+"""VLLMEngine against the real vLLM engine (vLLM's CPU build, which `make install` installs) and the real
+SmolLM2-135M-Instruct: log-probs against the trainer's recompute, the weight push (full and LoRA merged),
+row order, stop strings, seeding, two engines in one process, and what it says when it cannot run.
+
+The CPU has no sleep mode and runs no tensor parallelism across GPUs: only the sleep/wake sequencing is
+checked by recording the calls on the real engine (``test_sleep_and_wake_surround_each_generation``).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import rankrl.rollout.vllm as rv
+from rankrl.errors import EnvironmentProblem
+from rankrl.models import apply_lora, load_policy
+from rankrl.rl.batch import completion_logits, sampled_distribution_logprobs, to_policy_batch, token_logprobs
+from rankrl.rollout.base import Rollouts, SamplingParams
+from rankrl.rollout.hf import HFEngine, render_prompts
+
+REPO = Path(__file__).resolve().parents[2]
+PROMPTS = [
+    [{"role": "user", "content": "Name a colour."}],
+    [{"role": "user", "content": "Write one sentence about the sea."}],
+    [{"role": "user", "content": "What is the capital of France?"}],
+]
+# few-shot prompts that make SmolLM2 write the Rank-R1 answer tag, so the stop string is really met
+ANSWER_PROMPTS = [
+    [{"role": "user", "content": "Copy: <answer>2</answer> done"}, {"role": "assistant", "content": "<answer>2</answer> done"},
+     {"role": "user", "content": "Copy: <answer>5</answer> done"}],
+    [{"role": "user", "content": "Say <answer>3</answer>"}, {"role": "assistant", "content": "<answer>3</answer>"},
+     {"role": "user", "content": "Say <answer>4</answer>"}],
+]
+T1 = SamplingParams(max_new_tokens=24, temperature=1.0)
+FILTERED = SamplingParams(max_new_tokens=24, temperature=0.7, top_p=0.9, top_k=40)
+GREEDY = SamplingParams(max_new_tokens=32, temperature=0.0)
+TOLERANCE = 1e-3  # the issue's bound; measured gaps are ~1e-5 in float32
+
+
+@pytest.fixture(scope="module")
+def smollm2(model_dir):
+    return load_policy(str(model_dir / "smollm2-135m"))
+
+
+@pytest.fixture(scope="module")
+def engine(smollm2):
+    return rv.VLLMEngine(*smollm2)
+
+
+def max_gap(model: torch.nn.Module, out: Rollouts, pad_id: int, sampling: SamplingParams) -> float:
+    """Largest |trainer - engine| log-prob over ``out``'s completion tokens, the trainer's side recomputed
+    by the trainer's own functions in the engines' convention (temperature, then top-k/top-p)."""
+    batch = to_policy_batch(out, pad_id)
+    with torch.no_grad():
+        ref = sampled_distribution_logprobs(completion_logits(model, batch), batch, sampling)
+    return float(((ref - batch.sampler_logprobs).abs() * batch.response_mask).max())
+
+
+# ------------------------------------------------------------------ sampling
+@pytest.mark.parametrize("sampling", [T1, FILTERED], ids=["T=1", "T=0.7,top_p=0.9,top_k=40"])
+def test_logprobs_equal_the_trainers_recompute(engine, smollm2, sampling):
+    model, tok = smollm2
+    torch.manual_seed(0)
+    out = engine.generate(PROMPTS, n=4, sampling=sampling)
+    assert len(out) == 12 and all(len(c) == len(lp) > 0 for c, lp in zip(out.completion_ids, out.logprobs))
+    assert max_gap(model, out, tok.pad_token_id, sampling) <= TOLERANCE
+
+
+def test_rows_are_prompt_major_with_distinct_samples(engine, smollm2):
+    _, tok = smollm2
+    torch.manual_seed(1)
+    out = engine.generate(PROMPTS, n=4, sampling=T1)
+    rendered = render_prompts(tok, PROMPTS)
+    assert out.prompt_ids == [rendered[i] for i in range(3) for _ in range(4)]
+    assert out.group_size == 4
+    for i in range(3):  # each prompt's samples were drawn with their own seeds
+        assert len({tuple(c) for c in out.completion_ids[4 * i : 4 * i + 4]}) > 1
+
+
+def test_same_torch_seed_same_completions_whatever_the_engine_did_before(engine):
+    torch.manual_seed(7)
+    first = engine.generate(PROMPTS, n=2, sampling=T1)
+    engine.generate(PROMPTS[:1], n=3, sampling=T1)  # the engine's own state moves on
+    torch.manual_seed(7)
+    again = engine.generate(PROMPTS, n=2, sampling=T1)
+    torch.manual_seed(8)
+    other = engine.generate(PROMPTS, n=2, sampling=T1)
+    assert again.completion_ids == first.completion_ids and again.logprobs == first.logprobs
+    assert other.completion_ids != first.completion_ids
+
+
+def test_greedy_completions_equal_the_transformers_engine(engine, smollm2):
+    reference = HFEngine(*smollm2).generate(PROMPTS + ANSWER_PROMPTS, n=2, sampling=GREEDY)
+    out = engine.generate(PROMPTS + ANSWER_PROMPTS, n=2, sampling=GREEDY)
+    assert out.completion_ids == reference.completion_ids and out.texts == reference.texts
+
+
+def test_stop_string_ends_the_completion_and_stays_in_the_text(engine, smollm2):
+    stopped = SamplingParams(max_new_tokens=32, temperature=0.0, stop=("</answer>",))
+    free = engine.generate(ANSWER_PROMPTS[:1], n=1, sampling=GREEDY)
+    assert free.texts == ["<answer>5</answer> done"]  # without the stop string the model writes on
+    out = engine.generate(ANSWER_PROMPTS, n=1, sampling=stopped)
+    assert out.texts == ["<answer>5</answer>", "<answer>4</answer>"]
+    assert out.completion_ids == HFEngine(*smollm2).generate(ANSWER_PROMPTS, n=1, sampling=stopped).completion_ids
+
+
+# ------------------------------------------------------------------ weight push
+def test_push_after_optimizer_steps_makes_the_engine_sample_the_new_policy(smollm2, engine):
+    """A second engine over a copy of the policy: k AdamW steps move the policy away from what the engine
+    serves; after the push the engine's log-probs are the new policy's. The first engine is untouched."""
+    base, tok = smollm2
+    policy = copy.deepcopy(base)
+    second = rv.VLLMEngine(policy, tok, kv_cache_gib=0.5)
+    torch.manual_seed(3)
+    stale = second.generate(PROMPTS, n=2, sampling=T1)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-4)
+    batch = to_policy_batch(stale, tok.pad_token_id)
+    for _ in range(2):  # raise the sampled completions' likelihood
+        loss = -(token_logprobs(policy, batch) * batch.response_mask).sum() / batch.response_mask.sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert max_gap(policy, stale, tok.pad_token_id, T1) > 0.05  # the policy moved
+    torch.manual_seed(3)
+    before_push = second.generate(PROMPTS, n=2, sampling=T1)
+    assert before_push.completion_ids == stale.completion_ids  # still the old weights
+    second.sync_weights(policy)
+    torch.manual_seed(4)
+    after = second.generate(PROMPTS, n=2, sampling=T1)
+    assert max_gap(policy, after, tok.pad_token_id, T1) <= TOLERANCE
+    torch.manual_seed(4)
+    untouched = engine.generate(PROMPTS, n=2, sampling=T1)
+    assert max_gap(base, untouched, tok.pad_token_id, T1) <= TOLERANCE
+
+
+def test_lora_policy_is_pushed_merged_and_keeps_its_adapter(smollm2):
+    base, tok = smollm2
+    policy = apply_lora(copy.deepcopy(base), {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]})
+    with torch.no_grad():
+        for name, param in policy.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.02)  # B starts at zero, which would make the merge invisible
+    before = {n: p.detach().clone() for n, p in policy.named_parameters()}
+    lora_engine = rv.VLLMEngine(policy, tok, kv_cache_gib=0.5)  # construction pushes the merged weights
+    torch.manual_seed(5)
+    out = lora_engine.generate(PROMPTS, n=2, sampling=T1)
+    assert max_gap(policy, out, tok.pad_token_id, T1) <= TOLERANCE  # the adapter's outputs
+    assert max_gap(base, out, tok.pad_token_id, T1) > 0.01  # not the base model's
+    for name, param in policy.named_parameters():  # unmerged again (up to the rounding of W + BA - BA)
+        torch.testing.assert_close(param, before[name], atol=1e-6, rtol=0)
+    assert not any(getattr(m, "merged", False) for m in policy.modules())
+
+
+def test_sleep_and_wake_surround_each_generation(engine, smollm2, monkeypatch):
+    """The CPU platform has no sleep mode, so the engine never sleeps there (checked first); the GPU
+    sequencing is checked by recording the real engine's sleep/wake calls with sleep switched on."""
+    assert engine.sleeps is False
+    calls = []
+    monkeypatch.setattr(engine, "sleeps", True)
+    monkeypatch.setattr(engine.llm, "sleep", lambda level: calls.append(f"sleep({level})"))
+    monkeypatch.setattr(engine.llm, "wake_up", lambda tags: calls.append(f"wake_up({','.join(tags)})"))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    engine.generate(PROMPTS[:1], n=1, sampling=GREEDY)
+    engine.sync_weights(smollm2[0])  # the weights wake for the push, the KV cache stays asleep
+    engine.generate(PROMPTS[:1], n=1, sampling=GREEDY)
+    assert calls == ["sleep(1)", "wake_up(weights)", "wake_up(kv_cache)", "sleep(1)"]
+
+
+# ------------------------------------------------------------------ what it says when it cannot run
+def test_a_model_vllm_cannot_run_is_reported_at_start(tmp_path, model_dir):
+    from transformers import AutoConfig, AutoTokenizer, LlamaForCausalLM
+
+    config = AutoConfig.from_pretrained(model_dir / "tiny")
+    config.head_dim, config.num_attention_heads, config.num_key_value_heads = 16, 8, 8  # what CPU attention lacks
+    LlamaForCausalLM(config).save_pretrained(tmp_path)
+    AutoTokenizer.from_pretrained(model_dir / "tiny").save_pretrained(tmp_path)
+    with pytest.raises(EnvironmentProblem, match="vLLM cannot run this model on the cpu platform.*head_dim=16"):
+        rv.VLLMEngine(*load_policy(str(tmp_path)))
+
+
+def test_a_kv_cache_larger_than_memory_names_the_config_key(model_dir):
+    with pytest.raises(EnvironmentProblem, match=r"rollout\.kv_cache_gib"):
+        rv.VLLMEngine(*load_policy(str(model_dir / "tiny")), kv_cache_gib=4096)
+
+
+NUMBA_FIRST = """
+import numba
+numba.njit(lambda x: x + 1)(1)  # llvmlite's library object is now loaded, as after bm25s's numba backend
+from rankrl.models import load_policy
+from rankrl.rollout.vllm import VLLMEngine
+VLLMEngine(*load_policy("tiny"), kv_cache_gib=0.1)
+print("started")
+"""
+
+
+def test_engine_starts_after_numba_has_run(model_dir):
+    """vLLM's kernel rebinding scans every loaded module; llvmlite's lazy library object used to break it."""
+    out = subprocess.run([sys.executable, "-c", NUMBA_FIRST], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "RANKRL_CACHE_DIR": str(model_dir.parent)})
+    assert out.returncode == 0 and "started" in out.stdout, out.stderr[-3000:]
+
+
+def test_missing_vllm_names_the_fix(monkeypatch):
+    monkeypatch.setattr(rv.importlib.util, "find_spec", lambda name, *a: None)
+    with pytest.raises(EnvironmentProblem, match=r"vllm is not installed: `make install` installs vLLM's CPU engine"):
+        rv.check_vllm_available()
+
+
+def test_rl_and_rollout_modules_never_import_vllm(tmp_path):
+    """A poisoned ``vllm`` package on the path: any import of it kills the child process."""
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "__init__.py").write_text("raise SystemExit('vllm was imported')\n")
+    import rankrl.rl
+
+    modules = ["rankrl.rl"] + [f"rankrl.rl.{m.name}" for m in pkgutil.iter_modules(rankrl.rl.__path__)]
+    modules += ["rankrl.rollout", "rankrl.rollout.hf", "rankrl.rollout.vllm", "rankrl.models"]
+    code = "import importlib\nfor m in %r:\n    importlib.import_module(m)\nprint('ok')" % modules
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{REPO}"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-2000:]
