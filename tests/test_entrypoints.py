@@ -83,7 +83,7 @@ def test_wandb_offline_run_is_written(tmp_path, model_dir):
 
 
 @pytest.mark.parametrize("overrides,said", [
-    (["model=tiny", "rollout=vllm"], "vllm is not installed"),
+    (["model=tiny", "rollout.kv_cache_gib=100000"], "set rollout.kv_cache_gib"),
     (["model.path=/nowhere/model", "model.name=ghost"], "is not available offline"),
     (["experiment=rankr1/bm25_dl19", "paths.data_dir=/nowhere/data"], "make data"),
 ])

@@ -38,8 +38,8 @@ def test_experiment_composes(experiment: str, profile: str):
         build_trainer_config(cfg.trainer)  # the trainer settings pass their own checks
         get_class(cfg.task._target_)  # the task class imports
         app.eval_sampling(cfg)  # the evaluation node is typed too
-        if profile == "cpu":  # every experiment dry-runs on the CPU with a local model
-            assert cfg.model.name in {"smollm2-135m", "tiny"} and cfg.rollout.name == "hf"
+        if profile == "cpu":  # every experiment runs on the CPU with a local model and vLLM's CPU engine
+            assert cfg.model.name in {"smollm2-135m", "tiny"} and cfg.rollout.name == "vllm"
 
 
 def test_rows_per_step_counts_every_completion_of_a_step():

@@ -106,7 +106,8 @@ def _kill_after(run_dir: Path, cmd: list[str], step: int) -> None:
 
 
 @pytest.mark.parametrize("kind,args,kill_at", [
-    ("grpo", ("trainer.max_steps=8", "trainer.save_every=2"), 4),
+    ("grpo", ("trainer.max_steps=8", "trainer.save_every=2"), 4),  # vLLM's CPU engine, the default
+    ("grpo-hf", ("trainer.max_steps=8", "trainer.save_every=2", "rollout=hf"), 4),  # the reference engine
     ("sft", ("trainer=sft", "trainer.max_steps=30", "trainer.save_every=2", "trainer.examples_per_step=64",
              "trainer.micro_batch_size=8", "task.num_train_prompts=64"), 10),
 ])
@@ -118,6 +119,9 @@ def test_resume_after_kill_matches_an_unbroken_run(tmp_path, model_dir, kind, ar
     assert out.returncode == 0, out.stderr[-3000:]
     assert "resumed from" in out.stdout + out.stderr
     assert _strip(_log(broken)) == _strip(_log(whole))
+    if kind == "grpo":  # every step, the resumed ones first of all, sampled the weights the trainer scored:
+        # an engine still serving the base weights after the resume would be ~1e-1 off
+        assert max(r["sampler_logprob_gap_max"] for r in _log(broken)) < 1e-3
     final = [json.loads((d / "metrics.json").read_text()) for d in (whole, broken)]
     assert final[0]["metrics"] == final[1]["metrics"]
     assert final[0]["roles"]["policy"]["weights_end"] == final[1]["roles"]["policy"]["weights_end"]
