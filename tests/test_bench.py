@@ -97,3 +97,21 @@ def test_a_failing_worker_is_reported_with_its_side_and_stderr() -> None:
             worker.read()
     finally:
         worker.close(kill=True)
+
+
+def test_rollout_benchmark_alternates_both_engines_and_prints_its_ratio(model_dir, data_dir, tmp_path) -> None:
+    """The tiny model, one timed call per engine and shape: structure and the last line, no timing asserts
+    (a subprocess: a vLLM engine stays for the life of its process)."""
+    out = tmp_path / "rollouts.json"
+    done = subprocess.run([sys.executable, "-m", "rankrl.benchmarks.rollouts", "--model", str(model_dir / "tiny"),
+                           "--repeats", "1", "--out", str(out)], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    for shape in ("grpo", "eval"):
+        s = result["shapes"][shape]
+        for engine in ("hf", "vllm"):
+            assert len(s["calls"][engine]) == 1 and s["calls"][engine][0]["tokens"] > 0
+        assert s["ratio_vllm_over_hf"] == pytest.approx(s["median_s"]["vllm"] / s["median_s"]["hf"])
+    assert result["shapes"]["grpo"]["calls"]["hf"][0]["prompt_tokens"] > 16 * 200  # Rank-R1 prompts, ~360 tokens
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith("rollouts: vllm/hf time ratio ") and last.endswith(" (eval shape)"), last
