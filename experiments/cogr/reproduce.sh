@@ -7,6 +7,9 @@
 # default's time again, so they are left out by default to keep the reproduction within its CPU budget.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# Same seed, same numbers on any machine: floating-point sums depend on the thread count, so torch and vLLM's
+# CPU engine run on RANKRL_THREADS threads (default 2, the build machines' cores) whatever the machine has.
+export OMP_NUM_THREADS=${RANKRL_THREADS:-2} MKL_NUM_THREADS=${RANKRL_THREADS:-2}
 PY=${PY:-.venv/bin/python}
 LOG=${RANKRL_LOG_DIR:-outputs}
 DATA=${RANKRL_DATA_DIR:-data}

@@ -7,6 +7,9 @@
 # for a smoke run (the SFT stages keep their 1 epoch: their length is set by trainer.epochs).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# Same seed, same numbers on any machine: floating-point sums depend on the thread count, so torch and vLLM's
+# CPU engine run on RANKRL_THREADS threads (default 2, the build machines' cores) whatever the machine has.
+export OMP_NUM_THREADS=${RANKRL_THREADS:-2} MKL_NUM_THREADS=${RANKRL_THREADS:-2}
 PY=${PY:-.venv/bin/python}
 LOG=${RANKRL_LOG_DIR:-outputs}
 SCALE_MODEL=${SCALE_MODEL:-cpu-smollm2-135m}  # run folders' <scale>-<model>: SCALE_MODEL=cpu-tiny with OVERRIDES=model=tiny

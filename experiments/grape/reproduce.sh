@@ -9,6 +9,9 @@
 # tables and figures there instead of experiments/grape/.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# Same seed, same numbers on any machine: floating-point sums depend on the thread count, so torch and vLLM's
+# CPU engine run on RANKRL_THREADS threads (default 2, the build machines' cores) whatever the machine has.
+export OMP_NUM_THREADS=${RANKRL_THREADS:-2} MKL_NUM_THREADS=${RANKRL_THREADS:-2}
 PY=${PY:-.venv/bin/python}
 LOG_DIR=${RANKRL_LOG_DIR:-outputs}
 MODEL=${MODEL:-smollm2-135m}

@@ -6,6 +6,9 @@
 # for a smoke run; such rows are marked "first N queries" in the tables).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# Same seed, same numbers on any machine: floating-point sums depend on the thread count, so torch and vLLM's
+# CPU engine run on RANKRL_THREADS threads (default 2, the build machines' cores) whatever the machine has.
+export OMP_NUM_THREADS=${RANKRL_THREADS:-2} MKL_NUM_THREADS=${RANKRL_THREADS:-2}
 PY=${PY:-.venv/bin/python}
 LOG_DIR=${RANKRL_LOG_DIR:-outputs}
 read -r -a EXTRA <<< "${OVERRIDES:-}"

@@ -2,13 +2,14 @@
 SmolLM2-135M-Instruct: log-probs against the trainer's recompute, the weight push (full and LoRA merged),
 row order, stop strings, seeding, two engines in one process, and what it says when it cannot run.
 
-The CPU has no sleep mode and runs no tensor parallelism across GPUs: only the sleep/wake sequencing is
-checked by recording the calls on the real engine (``test_sleep_and_wake_surround_each_generation``).
+Tensor parallelism runs on the CPU too (two torchrun ranks). The CPU has no sleep mode: only the sleep/wake
+sequencing is checked, by recording the calls on the real engine (``test_sleep_and_wake_surround_each_generation``).
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import os
 import pkgutil
 import subprocess
@@ -171,6 +172,39 @@ def test_sleep_and_wake_surround_each_generation(engine, smollm2, monkeypatch):
     engine.sync_weights(smollm2[0])  # the weights wake for the push, the KV cache stays asleep
     engine.generate(PROMPTS[:1], n=1, sampling=GREEDY)
     assert calls == ["sleep(1)", "wake_up(weights)", "wake_up(kv_cache)", "sleep(1)"]
+
+
+TP_SCRIPT = """
+import json, sys, torch, torch.distributed as dist
+from rankrl.models import load_policy
+from rankrl.rollout.base import SamplingParams
+from rankrl.rollout.vllm import VLLMEngine
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+engine = VLLMEngine(*load_policy(sys.argv[1]), tensor_parallel_size=2, kv_cache_gib=0.2)
+prompts = [[{"role": "user", "content": f"rank {rank}, prompt {i}: name a colour"}] for i in range(rank + 1)]
+out = engine.generate(prompts, n=2, sampling=SamplingParams(max_new_tokens=8, temperature=0.0))
+print("RESULT " + json.dumps({"rank": rank, "prompts": prompts, "ids": out.completion_ids,
+                              "prompt_ids": out.prompt_ids}))
+"""
+
+
+def test_tensor_parallel_group_samples_each_ranks_own_prompts(tmp_path, model_dir):
+    """torchrun with 2 CPU ranks and tensor_parallel_size=2: the group runs both ranks' prompts (one and two
+    of them), and each rank gets its own rows back, greedy completions equal to the transformers engine's."""
+    script = tmp_path / "tp.py"
+    script.write_text(TP_SCRIPT)
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", str(script),
+                          str(model_dir / "tiny")], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    results = sorted((json.loads(line.split("RESULT ", 1)[1]) for line in out.stdout.splitlines()
+                      if "RESULT " in line), key=lambda r: r["rank"])
+    assert [r["rank"] for r in results] == [0, 1]
+    reference = HFEngine(*load_policy(str(model_dir / "tiny")))
+    for r in results:
+        assert len(r["ids"]) == 2 * (r["rank"] + 1)
+        want = reference.generate(r["prompts"], n=2, sampling=SamplingParams(max_new_tokens=8, temperature=0.0))
+        assert r["prompt_ids"] == want.prompt_ids and r["ids"] == want.completion_ids
 
 
 # ------------------------------------------------------------------ what it says when it cannot run
