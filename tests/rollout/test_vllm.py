@@ -176,6 +176,7 @@ def test_sleep_and_wake_surround_each_generation(engine, smollm2, monkeypatch):
 
 TP_SCRIPT = """
 import json, sys, torch, torch.distributed as dist
+from pathlib import Path
 from rankrl.models import load_policy
 from rankrl.rollout.base import SamplingParams
 from rankrl.rollout.vllm import VLLMEngine
@@ -184,8 +185,8 @@ rank = dist.get_rank()
 engine = VLLMEngine(*load_policy(sys.argv[1]), tensor_parallel_size=2, kv_cache_gib=0.2)
 prompts = [[{"role": "user", "content": f"rank {rank}, prompt {i}: name a colour"}] for i in range(rank + 1)]
 out = engine.generate(prompts, n=2, sampling=SamplingParams(max_new_tokens=8, temperature=0.0))
-print("RESULT " + json.dumps({"rank": rank, "prompts": prompts, "ids": out.completion_ids,
-                              "prompt_ids": out.prompt_ids}))
+record = {"rank": rank, "prompts": prompts, "ids": out.completion_ids, "prompt_ids": out.prompt_ids}
+Path(sys.argv[2], f"rank{rank}.json").write_text(json.dumps(record))
 """
 
 
@@ -195,10 +196,9 @@ def test_tensor_parallel_group_samples_each_ranks_own_prompts(tmp_path, model_di
     script = tmp_path / "tp.py"
     script.write_text(TP_SCRIPT)
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", str(script),
-                          str(model_dir / "tiny")], capture_output=True, text=True, timeout=600)
+                          str(model_dir / "tiny"), str(tmp_path)], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    results = sorted((json.loads(line.split("RESULT ", 1)[1]) for line in out.stdout.splitlines()
-                      if "RESULT " in line), key=lambda r: r["rank"])
+    results = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
     assert [r["rank"] for r in results] == [0, 1]
     reference = HFEngine(*load_policy(str(model_dir / "tiny")))
     for r in results:
