@@ -71,6 +71,7 @@ def check_vllm_available() -> Any:
     """vLLM's platform object, or ``EnvironmentProblem`` with the fix when vLLM cannot run here."""
     if importlib.util.find_spec("vllm") is None:
         raise EnvironmentProblem(f"rollout=vllm: vllm is not installed: {INSTALL_HINT}")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # read once, at vLLM's first import
     from vllm.platforms import current_platform
 
     if current_platform.is_cpu() or (current_platform.is_cuda_alike() and torch.cuda.is_available()):
@@ -283,6 +284,16 @@ class VLLMEngine:
         return [row for p in parts for row in p], slice(start, start + len(ids))
 
 
+class _ExpectedReloadWarnings(logging.Filter):
+    """Drops the two warnings every push raises by design: rotary embeddings hold no checkpoint weights, and a
+    tied LM head is never loaded (it is repacked after the push, ``_repack_tied_lm_head``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not ("Failed to load weights" in message and message.split(":")[0] in ("RotaryEmbedding",
+                                                                                      "ParallelLMHead"))
+
+
 def _mapping_vars(value: Any) -> Any:
     """``vars(value)``, or ``{}`` where an object's ``__dict__`` is not a mapping."""
     found = vars(value)
@@ -303,9 +314,11 @@ def _start_llm(**kwargs: Any) -> Any:
     from vllm import LLM
 
     dispatcher.vars = _mapping_vars
+    reload_log = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
+    if not any(isinstance(f, _ExpectedReloadWarnings) for f in reload_log.filters):
+        reload_log.addFilter(_ExpectedReloadWarnings())
 
     os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     py_state, np_state = random.getstate(), np.random.get_state()
     try:
         with torch.random.fork_rng(devices=[]), _external_launcher_env():
