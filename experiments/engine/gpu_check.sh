@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU check of the shared engine: a few GRPO steps with a Qwen-size model, rollout=vllm against rollout=hf,
-# same task, seed and sampling; prints each engine's generation tokens/s and the ratio.
+# same task, seed and sampling; prints each engine's generation tokens/s, the ratio, and how far the
+# engine's sampling log-probs are from the trainer's recompute (after every weight push).
 #   bash experiments/engine/gpu_check.sh [MODEL] [STEPS]      (defaults: qwen2.5-3b, 3)
 # Needs a CUDA GPU, the model's weights (hub access or a local path in conf/model/) and `pip install -e .[gpu]`.
 set -euo pipefail
@@ -26,6 +27,8 @@ for engine in ("vllm", "hf"):
     steady = rows[1:] or rows  # the first step includes the engine's warm-up
     rate[engine] = statistics.median(r["tokens_per_s"] for r in steady)
     print(f"{engine:5s} generation tokens/s (median over steps 2..): {rate[engine]:10.1f}  "
-          f"step s: {statistics.median(r['time/step_s'] for r in steady):.1f}")
+          f"step s: {statistics.median(r['time/step_s'] for r in steady):.1f}  "
+          f"engine/trainer log-prob gap mean {max(r['sampler_logprob_gap'] for r in rows):.2e} "
+          f"max {max(r['sampler_logprob_gap_max'] for r in rows):.2e} (worst step)")
 print(f"vllm / hf: {rate['vllm'] / rate['hf']:.2f}x")
 PYEOF
