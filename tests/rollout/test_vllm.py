@@ -97,6 +97,12 @@ def test_same_torch_seed_same_completions_whatever_the_engine_did_before(engine)
     assert other.completion_ids != first.completion_ids
 
 
+def test_cpu_engine_shares_prefixes_in_small_blocks(engine):
+    # vLLM's CPU default (128 tokens) would share no block of a prompt whose common prefix is shorter
+    assert engine.llm.llm_engine.vllm_config.cache_config.block_size == rv.CPU_BLOCK_SIZE == 32
+    assert engine.llm.llm_engine.vllm_config.cache_config.enable_prefix_caching
+
+
 def test_greedy_completions_equal_the_transformers_engine(engine, smollm2):
     reference = HFEngine(*smollm2).generate(PROMPTS + ANSWER_PROMPTS, n=2, sampling=GREEDY)
     out = engine.generate(PROMPTS + ANSWER_PROMPTS, n=2, sampling=GREEDY)
