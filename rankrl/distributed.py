@@ -86,6 +86,11 @@ def shard(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The module inside a DistributedDataParallel wrapper (the module itself otherwise)."""
+    return model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
+
+
 def _block_classes(model: torch.nn.Module) -> list[str]:
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft wraps the HF model
     return list(getattr(base, "_no_split_modules", None) or [])

@@ -115,3 +115,24 @@ def test_rollout_benchmark_alternates_both_engines_and_prints_its_ratio(model_di
     assert result["shapes"]["grpo"]["calls"]["hf"][0]["prompt_tokens"] > 16 * 200  # Rank-R1 prompts, ~360 tokens
     last = done.stdout.strip().splitlines()[-1]
     assert last.startswith("rollouts: vllm/hf time ratio ") and last.endswith(" (eval shape)"), last
+
+
+def test_rankr1_shape_times_the_shared_update_against_the_unshared_one_and_trl(model_dir, data_dir, tmp_path) -> None:
+    """The tiny model on the Rank-R1 shape (2 prompts of ~365 tokens x G=8), one timed step per side:
+    three workers (ours, ours with G prompt copies, TRL), the update ratio and the last line; no timing asserts."""
+    pytest.importorskip("trl", reason="TRL is a test dependency: pip install -r requirements/cpu.txt")
+    out = tmp_path / "rankr1.json"
+    done = subprocess.run([sys.executable, "-m", "rankrl.benchmarks.grpo_step", "--shape", "rankr1", "--model",
+                           str(model_dir / "tiny"), "--repeats", "1", "--warmup", "0", "--max-new-tokens", "4",
+                           "--out", str(out)], capture_output=True, text=True, timeout=900, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert "(rankr1 shape): 2 prompts x G=8, 4 new tokens" in result["configuration"]
+    for side in ("ours", "ours_unshared", "trl"):
+        assert len(result[side]["steps"]) == 1 and result[side]["median_update_s"] > 0
+        assert 0 <= result[side]["reward_mean"] <= 1  # the Rank-R1 reward on both sides
+    assert result["update_ratio_shared_over_unshared"] == pytest.approx(
+        result["ours"]["median_update_s"] / result["ours_unshared"]["median_update_s"])
+    assert result["goal"]["max_ratio"] == 0.35 and result["update_goal"]["max_ratio"] == 0.4
+    last = done.stdout.strip().splitlines()[-1]
+    assert last == f"grpo step (rankr1 shape): ours/trl time ratio {result['ratio_ours_over_trl']:.3f}", last

@@ -14,7 +14,15 @@ each is not counted. Time: wall clock from the step's start to the end of its op
 prompt rows comes just before and is not counted). Memory: the worker's peak resident set size during the
 step, ``VmHWM`` reset through /proc/self/clear_refs at the step start (model and optimizer state included).
 
-CLI: ``python -m rankrl.benchmarks.grpo_step [--model PATH] [--repeats N] [--out FILE]`` (``make bench``).
+Shapes (``--shape``): ``vowels`` (the above) and ``rankr1``: the CPU-scale Rank-R1 GRPO step, 2 training
+prompts of ~365 tokens (``rankrl.benchmarks.rollouts.rankr1_task``) x G=8 completions of at most 64 tokens
+(T=1.0, no stop string on either side), rewarded by the Rank-R1 reward, one micro-batch of 16 rows. There our
+side generates with vLLM's CPU engine and computes each prompt once in the update (``trainer.shared_prefix``);
+a third worker, ``ours_unshared``, is our step with G copies of each prompt, so the update's gain is measured
+on its own. TRL generates with transformers (its vLLM path needs CUDA).
+
+CLI: ``python -m rankrl.benchmarks.grpo_step [--shape vowels|rankr1] [--model PATH] [--repeats N] [--out FILE]``
+(``make bench``). The last line reads ``grpo step (<shape> shape): ours/trl time ratio R``.
 """
 
 from __future__ import annotations
@@ -39,7 +47,12 @@ from rankrl.tasks.vowels import VowelWordsTask, vowel_word_reward
 # The target for our step time relative to TRL's on the identical configuration: the purpose-built loop
 # has to be clearly faster than the general one to earn its keep, by more than run-to-run CPU noise.
 GOAL_RATIO = 0.8
+# the rankr1 shape's goals (issue "one prompt forward per group"): the step against TRL's, and the shared
+# update against the unshared one
+GOAL_RATIO_RANKR1 = 0.35
+GOAL_UPDATE_RATIO = 0.4
 SIDES = ("ours", "trl")
+SHAPES = ("vowels", "rankr1")
 PROTOCOL = "BENCH "  # prefix of the worker's protocol lines on stdout (libraries may print too)
 PHASES = ("generate_s", "reward_s", "update_s")
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
@@ -71,13 +84,31 @@ class BenchConfig:
     warmup: int = 1
     threads: int = len(os.sched_getaffinity(0))
     seed: int = 0
+    shape: str = "vowels"
+
+    @classmethod
+    def for_shape(cls, shape: str, **kwargs: Any) -> BenchConfig:
+        """The defaults of ``shape`` (``SHAPES``), then ``kwargs``."""
+        if shape not in SHAPES:
+            raise ValueError(f"--shape {shape!r}; valid: {', '.join(SHAPES)}")
+        defaults = {"prompts": 2, "group_size": 8, "max_new_tokens": 64, "repeats": 3} if shape == "rankr1" else {}
+        return cls(shape=shape, **{**defaults, **kwargs})
+
+    @property
+    def sides(self) -> tuple[str, ...]:
+        return ("ours", "ours_unshared", "trl") if self.shape == "rankr1" else SIDES
+
+    @property
+    def goal_ratio(self) -> float:
+        return GOAL_RATIO_RANKR1 if self.shape == "rankr1" else GOAL_RATIO
 
     @property
     def name(self) -> str:
-        return (f"GRPO step: {self.prompts} prompts x G={self.group_size}, {self.max_new_tokens} new tokens, "
-                f"rollout=hf, T=1.0 top_p=1.0 no top_k, loss dapo + group-std advantages, eps 0.2, beta 0, "
-                f"micro-batch {self.prompts * self.group_size}, AdamW lr {self.lr:g}, fp32 CPU, "
-                f"{self.threads} threads")
+        rollout = "ours vLLM (CPU) + shared prefix, TRL transformers" if self.shape == "rankr1" else "rollout=hf"
+        return (f"GRPO step ({self.shape} shape): {self.prompts} prompts x G={self.group_size}, "
+                f"{self.max_new_tokens} new tokens, {rollout}, T=1.0 top_p=1.0 no top_k, loss dapo + group-std "
+                f"advantages, eps 0.2, beta 0, micro-batch {self.prompts * self.group_size}, AdamW lr {self.lr:g}, "
+                f"fp32 CPU, {self.threads} threads")
 
 
 # ---------------------------------------------------------------- measurement (inside a worker)
@@ -130,13 +161,44 @@ def vowel_reward(completions: list, **_: Any) -> list[float]:
     return [vowel_word_reward(t)[0] for t in texts]
 
 
-def _task(cfg: BenchConfig) -> VowelWordsTask:
+class FirstExamples:
+    """A task restricted to its first ``count`` training prompts, so that every step takes all of them."""
+
+    def __init__(self, task: Any, count: int) -> None:
+        self.task, self.examples = task, task.train_examples()[:count]
+
+    def train_examples(self) -> list:
+        return self.examples
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.task, name)
+
+
+def _task(cfg: BenchConfig) -> Any:
+    if cfg.shape == "rankr1":
+        from rankrl.benchmarks.rollouts import rankr1_task
+
+        return FirstExamples(rankr1_task(), cfg.prompts)
     return VowelWordsTask(num_train_prompts=cfg.prompts)  # every step takes all B prompts
 
 
+def _trl_reward(cfg: BenchConfig, task: Any) -> Callable[..., list[float]]:
+    """TRL's reward function: the vowels reward, or the task's own scores of the rows' examples."""
+    if cfg.shape != "rankr1":
+        return vowel_reward
+    examples = task.train_examples()
+
+    def rank_r1_reward(completions: list, index: list[int], **_: Any) -> list[float]:
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        return task.score([examples[i] for i in index], texts).rewards.float().tolist()
+
+    return rank_r1_reward
+
+
 # ---------------------------------------------------------------- the two sides
-def run_ours(cfg: BenchConfig, run_dir: Path, channel: Channel) -> None:
-    """Our training loop with the GRPO step and ``rollout=hf``; ``step_once()`` is one step (nothing is saved)."""
+def run_ours(cfg: BenchConfig, run_dir: Path, channel: Channel, shared_prefix: bool = True) -> None:
+    """Our training loop with the GRPO step (``rollout=hf``; vLLM on the rankr1 shape); ``step_once()`` is one
+    step (nothing is saved)."""
     import torch
 
     from rankrl.models import load_policy
@@ -152,9 +214,15 @@ def run_ours(cfg: BenchConfig, run_dir: Path, channel: Channel) -> None:
         max_steps=cfg.warmup + cfg.repeats, prompts_per_step=cfg.prompts, group_size=cfg.group_size,
         micro_batch_size=cfg.prompts * cfg.group_size, lr=cfg.lr, lr_scheduler="constant", max_grad_norm=1.0,
         advantage="grpo", loss_agg="dapo", eps_low=0.2, eps_high=0.2, beta=0.0, save_every=0,
+        shared_prefix=shared_prefix,
         sampling=SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=1.0, top_p=1.0, top_k=0))
-    trainer = make_loop(policy, tok, _task(cfg), config, run_dir, RunLogger(run_dir),
-                        engine=HFEngine(policy, tok, batch_size=16), seed=cfg.seed)
+    if cfg.shape == "rankr1":
+        from rankrl.rollout.vllm import VLLMEngine
+
+        engine = VLLMEngine(policy, tok)
+    else:
+        engine = HFEngine(policy, tok, batch_size=16)
+    trainer = make_loop(policy, tok, _task(cfg), config, run_dir, RunLogger(run_dir), engine=engine, seed=cfg.seed)
     channel.send(event="ready", threads=torch.get_num_threads())
     meter = StepMeter()
     for _ in range(config.max_steps):
@@ -201,17 +269,19 @@ def run_trl(cfg: BenchConfig, run_dir: Path, channel: Channel) -> None:
 
     torch.manual_seed(cfg.seed)
     policy, tok = load_policy(cfg.model, dtype="float32", device="cpu")
-    prompts = [ex.messages for ex in _task(cfg).train_examples()]
+    task = _task(cfg)
+    prompts = [ex.messages for ex in task.train_examples()]
+    task_reward = _trl_reward(cfg, task)
     totals: dict[str, float] = {}
     samples: dict[str, float] = {}
 
     def reward(completions: list, completion_ids: list, **kwargs: Any) -> list[float]:
-        rewards = vowel_reward(completions)
+        rewards = task_reward(completions, **kwargs)
         samples.update(completion_length=sum(map(len, completion_ids)) / len(completion_ids),
                        reward=sum(rewards) / len(rewards))
         return rewards
 
-    reward.__name__ = "vowel_reward"  # TRL names its logged reward columns after the function
+    reward.__name__ = task_reward.__name__  # TRL names its logged reward columns after the function
     meter = StepMeter()
 
     class Timer(TrainerCallback):
@@ -231,7 +301,8 @@ def run_trl(cfg: BenchConfig, run_dir: Path, channel: Channel) -> None:
             channel.send(event="step", **record, **phases, **samples)
 
     trainer = GRPOTrainer(model=policy, reward_funcs=reward, args=_trl_args(cfg, run_dir),
-                          train_dataset=Dataset.from_dict({"prompt": prompts}), processing_class=tok,
+                          train_dataset=Dataset.from_dict({"prompt": prompts, "index": list(range(len(prompts)))}),
+                          processing_class=tok,
                           callbacks=[Timer()])
     trainer._generate = _timed(trainer._generate, totals, "generate")
     trainer._generate_and_score_completions = _timed(
@@ -245,7 +316,10 @@ def worker_main(side: str, cfg: BenchConfig) -> None:
 
     torch.set_num_threads(cfg.threads)
     with tempfile.TemporaryDirectory(prefix=f"rankrl-bench-{side}-") as tmp:
-        (run_ours if side == "ours" else run_trl)(cfg, Path(tmp), Channel())
+        if side == "trl":
+            run_trl(cfg, Path(tmp), Channel())
+        else:
+            run_ours(cfg, Path(tmp), Channel(), shared_prefix=side == "ours")
 
 
 # ---------------------------------------------------------------- the parent
@@ -290,13 +364,13 @@ def run_benchmark(cfg: BenchConfig) -> dict[str, Any]:
     if cfg.repeats < 1 or cfg.warmup < 0:
         raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {cfg.repeats}, {cfg.warmup}")
     load_before = os.getloadavg()[0]
-    workers = {side: Worker(side, cfg) for side in SIDES}  # both load at once; no step has started yet
+    workers = {side: Worker(side, cfg) for side in cfg.sides}  # all load at once; no step has started yet
     failed = True
     try:
         threads = {side: w.read()["threads"] for side, w in workers.items()}
-        steps: dict[str, list[dict]] = {side: [] for side in SIDES}
+        steps: dict[str, list[dict]] = {side: [] for side in cfg.sides}
         for round_ in range(cfg.warmup + cfg.repeats):
-            for side in SIDES:
+            for side in cfg.sides:
                 record = workers[side].step()
                 record.pop("event")
                 if round_ >= cfg.warmup:
@@ -332,6 +406,13 @@ def summarize(cfg: BenchConfig, steps: dict[str, list[dict]], threads: dict[str,
 
     sides = {side: _side_summary(records) for side, records in steps.items()}
     ratio = sides["ours"]["median_step_s"] / sides["trl"]["median_step_s"]
+    shared = {}
+    if "ours_unshared" in sides:
+        update_ratio = sides["ours"]["median_update_s"] / sides["ours_unshared"]["median_update_s"]
+        shared = {"ours_unshared": sides["ours_unshared"], "update_ratio_shared_over_unshared": update_ratio,
+                  "update_goal": {"max_ratio": GOAL_UPDATE_RATIO, "met": update_ratio <= GOAL_UPDATE_RATIO,
+                                  "peak_rss_not_grown": sides["ours"]["peak_rss_mib"]
+                                  <= sides["ours_unshared"]["peak_rss_mib"]}}
     return {
         "configuration": cfg.name,
         "config": asdict(cfg),
@@ -346,8 +427,9 @@ def summarize(cfg: BenchConfig, steps: dict[str, list[dict]], threads: dict[str,
                              "at step start), max over timed steps; includes model and optimizer state"},
         "ours": sides["ours"],
         "trl": sides["trl"],
+        **shared,
         "ratio_ours_over_trl": ratio,
-        "goal": {"max_ratio": GOAL_RATIO, "met": ratio <= GOAL_RATIO},
+        "goal": {"max_ratio": cfg.goal_ratio, "met": ratio <= cfg.goal_ratio},
     }
 
 
@@ -363,8 +445,10 @@ def format_report(result: dict[str, Any]) -> str:
     columns = {"median_step_s": "s/step (median)", "median_generate_s": "generate s",
                "median_reward_s": "reward s", "median_update_s": "update s", "peak_rss_mib": "peak RSS MiB",
                "peak_growth_mib": "growth in step MiB", "completion_length_mean": "mean completion tokens"}
-    labels = {"ours": "ours (rankrl)", "trl": f"TRL {result['versions']['trl']}"}
-    rows = {labels[side]: {name: result[side][key] for key, name in columns.items()} for side in SIDES}
+    labels = {"ours": "ours (rankrl)", "ours_unshared": "ours, prompt copied G times",
+              "trl": f"TRL {result['versions']['trl']}"}
+    rows = {labels[side]: {name: result[side][key] for key, name in columns.items()}
+            for side in labels if side in result}
     table = pd.DataFrame.from_dict(rows, orient="index").to_markdown(floatfmt=".2f")
     goal, v, m = result["goal"], result["versions"], result["machine"]
     verdict = "met" if goal["met"] else "NOT met"
@@ -381,19 +465,35 @@ def format_report(result: dict[str, Any]) -> str:
         f"machine: nproc {m['nproc']}, {m['cpu']}, torch threads {m['torch_threads']}, "
         f"load avg {m['loadavg_1min_before']:.2f} -> {m['loadavg_1min_after']:.2f}",
         f"memory: {result['method']['memory']}",
+        *_update_lines(result),
+        f"grpo step ({result['config']['shape']} shape): ours/trl time ratio {result['ratio_ours_over_trl']:.3f}",
     ])
+
+
+def _update_lines(result: dict[str, Any]) -> list[str]:
+    """The shared-prefix update against the unshared one (rankr1 shape only)."""
+    if "update_goal" not in result:
+        return []
+    goal, ratio = result["update_goal"], result["update_ratio_shared_over_unshared"]
+    line = (f"update, prompt once per group / G copies (median s): {ratio:.3f} "
+            f"-> goal <= {goal['max_ratio']}: {'met' if goal['met'] else 'NOT met'}; peak RSS "
+            f"{result['ours']['peak_rss_mib']:.0f} vs {result['ours_unshared']['peak_rss_mib']:.0f} MiB "
+            f"({'not grown' if goal['peak_rss_not_grown'] else 'GROWN'})")
+    return [line]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     parser = argument_parser(__spec__, __doc__)
+    parser.add_argument("--shape", default="vowels", choices=SHAPES,
+                        help="vowels: 4 prompts x G=4; rankr1: CPU-scale Rank-R1 prompts x G=8 (default: %(default)s)")
     parser.add_argument("--model", default=BenchConfig.model,
                         help="model folder, or smollm2-135m / tiny (default: %(default)s)")
-    parser.add_argument("--repeats", type=int, default=BenchConfig.repeats, help="timed steps per side")
-    parser.add_argument("--warmup", type=int, default=BenchConfig.warmup, help="untimed steps per side")
-    parser.add_argument("--max-new-tokens", type=int, default=BenchConfig.max_new_tokens)
+    parser.add_argument("--repeats", type=int, help="timed steps per side (default: 5; rankr1 shape 3)")
+    parser.add_argument("--warmup", type=int, help="untimed steps per side (default: 1)")
+    parser.add_argument("--max-new-tokens", type=int, help="completion budget (default: 32; rankr1 shape 64)")
     parser.add_argument("--threads", type=int, default=BenchConfig.threads, help="torch threads per worker")
-    parser.add_argument("--out", default="outputs/bench/grpo_step.json", help="where the JSON goes")
-    parser.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
+    parser.add_argument("--out", help="where the JSON goes (default: outputs/bench/grpo_step[_<shape>].json)")
+    parser.add_argument("--worker", choices=("ours", "ours_unshared", "trl"), help=argparse.SUPPRESS)
     parser.add_argument("--worker-config", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -401,14 +501,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         return None
     from rankrl.models import resolve_model
 
-    cfg = BenchConfig(model=resolve_model(args.model), repeats=args.repeats, warmup=args.warmup,
-                      max_new_tokens=args.max_new_tokens, threads=args.threads)
+    given = {"repeats": args.repeats, "warmup": args.warmup, "max_new_tokens": args.max_new_tokens}
+    cfg = BenchConfig.for_shape(args.shape, model=resolve_model(args.model), threads=args.threads,
+                                **{k: v for k, v in given.items() if v is not None})
     result = run_benchmark(cfg)
-    out = Path(args.out)
+    out = Path(args.out or f"outputs/bench/grpo_step{'' if cfg.shape == 'vowels' else '_' + cfg.shape}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
-    print(format_report(result))
     print(f"written: {out}")
+    print(format_report(result))  # its last line is the ratio
     return result
 
 

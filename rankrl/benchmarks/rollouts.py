@@ -50,9 +50,9 @@ SHAPES = (Shape("grpo", prompts=2, n=8, max_new_tokens=64, temperature=1.0),
           Shape("eval", prompts=16, n=1, max_new_tokens=64, temperature=0.0))
 
 
-def rankr1_prompts(count: int) -> list[list[dict[str, str]]]:
-    """The first ``count`` Rank-R1 training prompts at CPU scale, as ``rankrl.train`` builds them (passages cut
-    with SmolLM2's tokenizer, the CPU profile's model, whichever model the benchmark runs)."""
+def rankr1_task() -> Any:
+    """The Rank-R1 task at CPU scale, as ``rankrl.train`` builds it (passages cut with SmolLM2's tokenizer, the
+    CPU profile's model, whichever model the benchmark runs)."""
     from hydra import compose, initialize_config_dir
 
     from rankrl import app
@@ -60,7 +60,12 @@ def rankr1_prompts(count: int) -> list[list[dict[str, str]]]:
 
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose("train", ["experiment=rankr1/rankr1_grpo_dl19", "logger=none"])
-    examples = app.build_task(cfg).train_examples()
+    return app.build_task(cfg)
+
+
+def rankr1_prompts(count: int) -> list[list[dict[str, str]]]:
+    """The first ``count`` Rank-R1 training prompts at CPU scale (``rankr1_task``)."""
+    examples = rankr1_task().train_examples()
     if len(examples) < count:
         raise ValueError(f"the Rank-R1 task has {len(examples)} training prompts, the benchmark needs {count}")
     return [ex.messages for ex in examples[:count]]

@@ -3,6 +3,12 @@
 Layout (as TRL): prompts left-padded to P, completions right-padded to T, so completion token t of
 every row sits at column P + t and its logit at column P + t - 1. Position ids come from the
 attention mask, the same convention `generate` uses, so the trainer's log-probs match the sampler's.
+
+Shared prefix (``shared_prefix=True``, the idea of "Prefix Grouper", arXiv 2506.05433): the G rows of a
+group repeat one prompt, so the prompt's forward runs once per distinct prompt and its keys and values,
+indexed out to every row of the group, are the past of the completions' forward (transformers' own
+``DynamicCache``). The gradient of every completion flows back through that index into the one prompt
+computation; log-probs, loss and gradients equal the unshared forward's up to float rounding.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from rankrl.distributed import unwrap
 from rankrl.rollout.base import Rollouts, SamplingParams
 
 
@@ -69,8 +76,11 @@ def to_policy_batch(rollouts: Rollouts, pad_token_id: int) -> PolicyBatch:
     return PolicyBatch(input_ids, attention_mask, response_mask, p, sampler_logprobs)
 
 
-def completion_logits(model: torch.nn.Module, batch: PolicyBatch) -> torch.Tensor:
-    """(N, T, V) logits that predict the completion tokens (columns P-1 .. P+T-2 of the sequence)."""
+def completion_logits(model: torch.nn.Module, batch: PolicyBatch, shared_prefix: bool = False) -> torch.Tensor:
+    """(N, T, V) logits that predict the completion tokens (columns P-1 .. P+T-2 of the sequence); with
+    ``shared_prefix`` each distinct prompt is computed once (``shared_prefix_logits``)."""
+    if shared_prefix:
+        return shared_prefix_logits(model, batch)
     position_ids = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
     return model(
         input_ids=batch.input_ids,
@@ -78,6 +88,63 @@ def completion_logits(model: torch.nn.Module, batch: PolicyBatch) -> torch.Tenso
         position_ids=position_ids,
         logits_to_keep=batch.response_mask.shape[1] + 1,
     ).logits[:, :-1, :]
+
+
+def prompt_groups(batch: PolicyBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the first row of each distinct prompt, each row's prompt number): consecutive rows with the same
+    left-padded prompt share it (rollouts are prompt-major, so a micro-batch holds whole or partial groups)."""
+    prompts = batch.input_ids[:, : batch.prompt_len]
+    masks = batch.attention_mask[:, : batch.prompt_len]
+    starts = torch.ones(len(batch), dtype=torch.bool)
+    starts[1:] = (prompts[1:] != prompts[:-1]).any(-1) | (masks[1:] != masks[:-1]).any(-1)
+    return starts.nonzero().squeeze(-1), starts.cumsum(0) - 1
+
+
+def shared_prefix_logits(model: torch.nn.Module, batch: PolicyBatch) -> torch.Tensor:
+    """``completion_logits`` with one prompt forward per distinct prompt.
+
+    1. The distinct prompts run once (``use_cache``); their last position's logits predict completion token 0.
+    2. Their per-layer keys and values are indexed out to the rows (``batch_select_indices``: a differentiable
+       gather, so each row's gradient reaches its prompt's computation).
+    3. The completions run with that cache as their past and the whole row's attention mask, so each attends
+       to its own prompt (left padding masked) and to itself causally, at the positions it had unshared.
+    """
+    if getattr(_transformers_model(model), "is_gradient_checkpointing", False):
+        raise ValueError("trainer.shared_prefix needs gradient checkpointing off: transformers drops the KV "
+                         "cache inside checkpointed layers; set trainer.shared_prefix=false")
+    p, t = batch.prompt_len, batch.response_mask.shape[1]
+    firsts, index = prompt_groups(batch)
+    prompt_mask = batch.attention_mask[firsts, :p]
+    # DDP counts one forward per backward: the prompt pass runs on the module it wraps, and its gradient
+    # still reaches the reducer, through the completion pass's backward
+    prompt = unwrap(model)(
+        input_ids=batch.input_ids[firsts, :p],
+        attention_mask=prompt_mask,
+        position_ids=(prompt_mask.cumsum(-1) - 1).clamp(min=0),
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    cache = prompt.past_key_values
+    cache.batch_select_indices(index)
+    first = prompt.logits[index, -1:, :]
+    if t == 1:
+        return first
+    position_ids = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)[:, p:]
+    rest = model(
+        input_ids=batch.input_ids[:, p : p + t - 1],
+        attention_mask=batch.attention_mask[:, : p + t - 1],
+        position_ids=position_ids[:, : t - 1],
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=t - 1,
+    ).logits
+    return torch.cat([first, rest], dim=1)
+
+
+def _transformers_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformers model under the DDP and peft wrappers."""
+    model = unwrap(model)
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 def gather_logprobs(logits: torch.Tensor, batch: PolicyBatch, temperature: float = 1.0) -> torch.Tensor:
@@ -89,12 +156,13 @@ def gather_logprobs(logits: torch.Tensor, batch: PolicyBatch, temperature: float
     return logps * batch.response_mask
 
 
-def token_logprobs(model: torch.nn.Module, batch: PolicyBatch, temperature: float = 1.0) -> torch.Tensor:
+def token_logprobs(model: torch.nn.Module, batch: PolicyBatch, temperature: float = 1.0,
+                   shared_prefix: bool = False) -> torch.Tensor:
     """Log-prob of each completion token under ``model``: (N, T), 0 where ``response_mask`` is 0.
 
     Logits are divided by the sampling temperature, as the sampler's were, so ratios compare like with like.
     """
-    return gather_logprobs(completion_logits(model, batch), batch, temperature)
+    return gather_logprobs(completion_logits(model, batch, shared_prefix), batch, temperature)
 
 
 @torch.no_grad()

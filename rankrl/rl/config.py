@@ -60,6 +60,9 @@ class TrainerConfig:
         beta: weight of the k3 KL to the frozen reference policy; 0 loads no reference.
         span_weights: lambda_k per span name when the task scores spans (1.0 for spans not named).
         sampling: rollout sampling settings.
+        shared_prefix: compute each group's prompt once in the update's forwards (policy, old and reference
+            log-probs), its keys and values shared by the group's G completions (``rankrl.rl.batch``); false:
+            G full copies of each prompt, as TRL. Equal up to float rounding; needs gradient checkpointing off.
 
     SFT (``rankrl.rl.steps.SFTStep``):
         examples_per_step: SFT pairs per optimizer step.
@@ -91,6 +94,7 @@ class TrainerConfig:
     beta: float = 0.0
     span_weights: dict[str, float] = field(default_factory=dict)
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    shared_prefix: bool = True
     examples_per_step: int = 8
     epochs: Optional[float] = None
 

@@ -136,13 +136,14 @@ class GRPOStep:
         out = []
         for start in range(0, len(batch), self.cfg.micro_batch_size):
             micro = batch.rows(start, start + self.cfg.micro_batch_size)
+            shared = self.cfg.shared_prefix
             if not reference:
-                out.append(token_logprobs(self.policy, micro, temperature))
+                out.append(token_logprobs(self.policy, micro, temperature, shared))
             elif self.ref_model is not None:
-                out.append(token_logprobs(self.ref_model, micro, temperature))
+                out.append(token_logprobs(self.ref_model, micro, temperature, shared))
             else:  # LoRA: the reference is the base model, i.e. the policy with its adapter off
                 with self.policy.disable_adapter():
-                    out.append(token_logprobs(self.policy, micro, temperature))
+                    out.append(token_logprobs(self.policy, micro, temperature, shared))
         return torch.cat(out)
 
     def update(self, batch: PolicyBatch, advantages: torch.Tensor | SpanBatch,
@@ -210,7 +211,7 @@ def backward_batch(model: torch.nn.Module, batch: PolicyBatch, advantages: torch
         stop = start + cfg.micro_batch_size
         micro = batch.rows(start, stop)
         with ddp.gradient_sync(model, sync=stop >= len(batch)):
-            logits = completion_logits(model, micro)
+            logits = completion_logits(model, micro, cfg.shared_prefix)
             logps = gather_logprobs(logits, micro, cfg.sampling.temperature)
             gap = _gap(sampled_distribution_logprobs(logits.detach(), micro, cfg.sampling),
                        micro.sampler_logprobs, micro.response_mask)

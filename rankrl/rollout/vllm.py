@@ -51,7 +51,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 import torch
 
-from rankrl.distributed import full_tensor
+from rankrl.distributed import full_tensor, unwrap
 from rankrl.errors import EnvironmentProblem
 from rankrl.rollout.base import Messages, Rollouts, SamplingParams
 from rankrl.rollout.hf import render_prompts
@@ -83,11 +83,6 @@ def check_vllm_available() -> Any:
         return current_platform
     raise EnvironmentProblem(f"rollout=vllm: the installed vLLM has no platform here ({current_platform.device_name!r}"
                              f" without a visible GPU): {INSTALL_HINT}")
-
-
-def unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    """The policy inside a DistributedDataParallel wrapper (the module itself otherwise)."""
-    return model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
 
 
 def _is_peft(model: torch.nn.Module) -> bool:

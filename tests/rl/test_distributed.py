@@ -24,8 +24,9 @@ def _batch(vocab: int) -> tuple[PolicyBatch, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
     n, p, t = 8, 5, 6
     ids = torch.randint(0, vocab, (n, p + t), generator=g)
+    ids[1::2, :p] = ids[::2, :p]  # groups of 2 rows share a prompt: the shared-prefix forward under DDP/FSDP
     attention = torch.ones(n, p + t, dtype=torch.long)
-    attention[:3, :2] = 0  # left padding on some prompts
+    attention[:4, :2] = 0  # left padding on some prompts
     response = torch.ones(n, t)
     response[::3, 4:] = 0  # and completions of different lengths
     attention[:, p:] = response.long()
@@ -129,7 +130,10 @@ def test_fsdp_trains_like_ddp_and_resumes_exactly(tmp_path: Path, model_dir: Pat
     moved = [n for n, w in initial.state_dict().items() if n in fsdp_w and not torch.equal(w, fsdp_w[n])]
     assert moved, "training changed no weight"
     for name in ddp_w:
-        torch.testing.assert_close(fsdp_w[name], ddp_w[name], rtol=1e-4, atol=1e-6, msg=name)
+        # FSDP sums gradients in another order than DDP; Adam turns the rounding of a near-zero gradient entry
+        # into a visible share of its step (measured: 2.4e-6, 0.1% of one lr=3e-3 step, in 1 of 32768 entries)
+        torch.testing.assert_close(fsdp_w[name], ddp_w[name], rtol=1e-4, atol=1e-5,
+                                   msg=lambda m, name=name: f"{name}: {m}")
         torch.testing.assert_close(resumed_w[name], fsdp_w[name], rtol=0, atol=0, msg=name)
 
     def rewards(d: str) -> list[float]:

@@ -52,7 +52,8 @@ def _batch() -> PolicyBatch:
 
 def _grad(batch: PolicyBatch, advantages, loss_agg: str) -> torch.Tensor:
     model = LogitTable()
-    cfg = TrainerConfig(micro_batch_size=N, loss_agg=loss_agg, group_size=G)  # one micro-batch: rows align
+    # the table has no prompt to share (shared-prefix span losses: tests/rl/test_shared_prefix.py)
+    cfg = TrainerConfig(micro_batch_size=N, loss_agg=loss_agg, group_size=G, shared_prefix=False)
     backward_batch(model, batch, advantages, cfg)
     return model.table.grad.clone()
 

@@ -421,8 +421,10 @@ def test_on_a_real_batch_rank_reward_moves_only_rank_advantages_and_delimiters_g
 
     before = [completions(p, [True, True, True, True]) for p in pools]
     after = [completions(p, [False, True, True, False]) for p in pools]  # the gold item pushed to rank 5
+    # one forward, so the probe holds every completion column's logits (the shared-prefix forward's span
+    # gradients equal these: tests/rl/test_shared_prefix.py)
     cfg = TrainerConfig(group_size=4, micro_batch_size=8, advantage="dr_grpo", loss_agg="grpo",
-                        span_weights={"rank": 1.0})
+                        span_weights={"rank": 1.0}, shared_prefix=False)
     step = SimpleNamespace(cfg=cfg, tokenizer=tok)  # GRPOStep.advantages needs only these
     results = []
     for texts in (before, after):
