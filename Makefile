@@ -90,7 +90,7 @@ reproduce: setup ## every paper's reproduction, one after the other (each experi
 	@set -e; for script in experiments/*/reproduce.sh; do echo "=== $$script"; bash $$script; done
 	$(PY) -m rankrl.report paper=all
 
-reproduce-rankr1: setup ## Rank-R1: every CPU-runnable row, then its tables and reward curve (66 min measured; experiments/rankr1/README.md)
+reproduce-rankr1: setup ## Rank-R1: every CPU-runnable row, then its tables and reward curve (81 min measured at 6320be9; experiments/rankr1/README.md)
 	bash experiments/rankr1/reproduce.sh
 
 reproduce-grape: setup ## GRAPE: the CPU-scale text rows, tables and CPU Fig. 5 (13 min measured; experiments/grape/README.md)

@@ -117,6 +117,7 @@ def test_rollout_benchmark_alternates_both_engines_and_prints_its_ratio(model_di
     assert last.startswith("rollouts: vllm/hf time ratio ") and last.endswith(" (eval shape)"), last
 
 
+@pytest.mark.slow  # ~80 s for three workers and two vLLM engines; CI's budget keeps the vowels shape above
 def test_rankr1_shape_times_the_shared_update_against_the_unshared_one_and_trl(model_dir, data_dir, tmp_path) -> None:
     """The tiny model on the Rank-R1 shape (2 prompts of ~365 tokens x G=8), one timed step per side:
     three workers (ours, ours with G prompt copies, TRL), the update ratio and the last line; no timing asserts."""
