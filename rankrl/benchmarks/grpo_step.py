@@ -16,7 +16,7 @@ step, ``VmHWM`` reset through /proc/self/clear_refs at the step start (model and
 
 Shapes (``--shape``): ``vowels`` (the above) and ``rankr1``: the CPU-scale Rank-R1 GRPO step, 2 training
 prompts of ~365 tokens (``rankrl.benchmarks.rollouts.rankr1_task``) x G=8 completions of at most 64 tokens
-(T=1.0, no stop string on either side), rewarded by the Rank-R1 reward, one micro-batch of 16 rows. There our
+(T=1.0, no stop string on either side), rewarded by the Rank-R1 reward, micro-batches of one group (8 rows). There our
 side generates with vLLM's CPU engine and computes each prompt once in the update (``trainer.shared_prefix``);
 a third worker, ``ours_unshared``, is our step with G copies of each prompt, so the update's gain is measured
 on its own. TRL generates with transformers (its vLLM path needs CUDA).
@@ -95,6 +95,12 @@ class BenchConfig:
         return cls(shape=shape, **{**defaults, **kwargs})
 
     @property
+    def micro_batch_size(self) -> int:
+        """Rows per forward/backward: every row at once (vowels), one group per micro-batch (rankr1: 16 rows of
+        ~430 tokens at once put three workers' activations past 24 GB, measured: the TRL worker was killed)."""
+        return self.group_size if self.shape == "rankr1" else self.prompts * self.group_size
+
+    @property
     def sides(self) -> tuple[str, ...]:
         return ("ours", "ours_unshared", "trl") if self.shape == "rankr1" else SIDES
 
@@ -107,7 +113,7 @@ class BenchConfig:
         rollout = "ours vLLM (CPU) + shared prefix, TRL transformers" if self.shape == "rankr1" else "rollout=hf"
         return (f"GRPO step ({self.shape} shape): {self.prompts} prompts x G={self.group_size}, "
                 f"{self.max_new_tokens} new tokens, {rollout}, T=1.0 top_p=1.0 no top_k, loss dapo + group-std "
-                f"advantages, eps 0.2, beta 0, micro-batch {self.prompts * self.group_size}, AdamW lr {self.lr:g}, "
+                f"advantages, eps 0.2, beta 0, micro-batch {self.micro_batch_size}, AdamW lr {self.lr:g}, "
                 f"fp32 CPU, {self.threads} threads")
 
 
@@ -212,7 +218,7 @@ def run_ours(cfg: BenchConfig, run_dir: Path, channel: Channel, shared_prefix: b
     policy, tok = load_policy(cfg.model, dtype="float32", device="cpu")
     config = TrainerConfig(
         max_steps=cfg.warmup + cfg.repeats, prompts_per_step=cfg.prompts, group_size=cfg.group_size,
-        micro_batch_size=cfg.prompts * cfg.group_size, lr=cfg.lr, lr_scheduler="constant", max_grad_norm=1.0,
+        micro_batch_size=cfg.micro_batch_size, lr=cfg.lr, lr_scheduler="constant", max_grad_norm=1.0,
         advantage="grpo", loss_agg="dapo", eps_low=0.2, eps_high=0.2, beta=0.0, save_every=0,
         shared_prefix=shared_prefix,
         sampling=SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=1.0, top_p=1.0, top_k=0))
@@ -250,8 +256,11 @@ def _trl_args(cfg: BenchConfig, out_dir: Path):
     return GRPOConfig(
         output_dir=str(out_dir), use_cpu=True, bf16=False, gradient_checkpointing=False, report_to="none",
         save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=cfg.seed,
-        max_steps=cfg.warmup + cfg.repeats, per_device_train_batch_size=cfg.prompts * cfg.group_size,
-        gradient_accumulation_steps=1, num_generations=cfg.group_size,
+        max_steps=cfg.warmup + cfg.repeats, per_device_train_batch_size=cfg.micro_batch_size,
+        # one generation of all B*G rows per optimizer step, updated in micro-batches (steps_per_generation
+        # defaults to the accumulation steps)
+        gradient_accumulation_steps=cfg.prompts * cfg.group_size // cfg.micro_batch_size,
+        num_generations=cfg.group_size,
         max_completion_length=cfg.max_new_tokens,
         temperature=1.0, top_p=1.0, top_k=0, learning_rate=cfg.lr, lr_scheduler_type="constant",
         optim="adamw_torch", weight_decay=0.0, max_grad_norm=1.0, loss_type="dapo", scale_rewards="group",
