@@ -76,12 +76,17 @@ def to_policy_batch(rollouts: Rollouts, pad_token_id: int) -> PolicyBatch:
     return PolicyBatch(input_ids, attention_mask, response_mask, p, sampler_logprobs)
 
 
+def mask_positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids from an attention mask, as ``generate`` numbers a left-padded row (padding clamped to 0)."""
+    return (attention_mask.cumsum(-1) - 1).clamp(min=0)
+
+
 def completion_logits(model: torch.nn.Module, batch: PolicyBatch, shared_prefix: bool = False) -> torch.Tensor:
     """(N, T, V) logits that predict the completion tokens (columns P-1 .. P+T-2 of the sequence); with
     ``shared_prefix`` each distinct prompt is computed once (``shared_prefix_logits``)."""
     if shared_prefix:
         return shared_prefix_logits(model, batch)
-    position_ids = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)
+    position_ids = mask_positions(batch.attention_mask)
     return model(
         input_ids=batch.input_ids,
         attention_mask=batch.attention_mask,
@@ -120,7 +125,7 @@ def shared_prefix_logits(model: torch.nn.Module, batch: PolicyBatch) -> torch.Te
     prompt = unwrap(model)(
         input_ids=batch.input_ids[firsts, :p],
         attention_mask=prompt_mask,
-        position_ids=(prompt_mask.cumsum(-1) - 1).clamp(min=0),
+        position_ids=mask_positions(prompt_mask),
         use_cache=True,
         logits_to_keep=1,
     )
@@ -129,7 +134,7 @@ def shared_prefix_logits(model: torch.nn.Module, batch: PolicyBatch) -> torch.Te
     first = prompt.logits[index, -1:, :]
     if t == 1:
         return first
-    position_ids = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)[:, p:]
+    position_ids = mask_positions(batch.attention_mask)[:, p:]
     rest = model(
         input_ids=batch.input_ids[:, p : p + t - 1],
         attention_mask=batch.attention_mask[:, : p + t - 1],

@@ -133,10 +133,9 @@ class GRPOStep:
     @torch.no_grad()
     def _frozen_logprobs(self, batch: PolicyBatch, reference: bool) -> torch.Tensor:
         temperature = self.cfg.sampling.temperature
-        out = []
+        out, shared = [], self.cfg.shared_prefix
         for start in range(0, len(batch), self.cfg.micro_batch_size):
             micro = batch.rows(start, start + self.cfg.micro_batch_size)
-            shared = self.cfg.shared_prefix
             if not reference:
                 out.append(token_logprobs(self.policy, micro, temperature, shared))
             elif self.ref_model is not None:
