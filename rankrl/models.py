@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import logging
 import os
 import shutil
@@ -164,15 +165,122 @@ def tiny_path(cache_dir: str | Path | None = None) -> Path:
     return target
 
 
+# The paper models' architectures: the shape fields of each model's config.json as published on the
+# Hugging Face hub. A smoke run of the paper profile builds a tiny random model of the same class from them
+# (``tiny_paper_path``), and the GPU plans count the full models' parameters from them (``paper_parameters``).
+_QWEN2 = dict(model_type="qwen2", hidden_act="silu", rms_norm_eps=1e-6, use_sliding_window=False,
+              bos_token_id=151643, eos_token_id=151645)
+_QWEN3 = dict(model_type="qwen3", hidden_act="silu", rms_norm_eps=1e-6, head_dim=128, attention_bias=False,
+              bos_token_id=151643, eos_token_id=151645)
+PAPER_CONFIGS: dict[str, dict[str, Any]] = {
+    "qwen2.5-3b": dict(_QWEN2, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
+                       num_attention_heads=16, num_key_value_heads=2, vocab_size=151936,
+                       max_position_embeddings=32768, rope_theta=1e6, tie_word_embeddings=True),
+    "qwen2.5-7b": dict(_QWEN2, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                       num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
+                       max_position_embeddings=32768, rope_theta=1e6, tie_word_embeddings=False),
+    "qwen2.5-14b": dict(_QWEN2, hidden_size=5120, intermediate_size=13824, num_hidden_layers=48,
+                        num_attention_heads=40, num_key_value_heads=8, vocab_size=152064,
+                        max_position_embeddings=32768, rope_theta=1e6, tie_word_embeddings=False),
+    "qwen3-1.7b": dict(_QWEN3, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
+                       num_attention_heads=16, num_key_value_heads=8, vocab_size=151936,
+                       max_position_embeddings=40960, rope_theta=1e6, tie_word_embeddings=True),
+    "qwen3-4b": dict(_QWEN3, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
+                     num_attention_heads=32, num_key_value_heads=8, vocab_size=151936,
+                     max_position_embeddings=40960, rope_theta=1e6, tie_word_embeddings=True),
+    "qwen3-4b-instruct": dict(_QWEN3, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
+                              num_attention_heads=32, num_key_value_heads=8, vocab_size=151936,
+                              max_position_embeddings=262144, rope_theta=5e6, tie_word_embeddings=True),
+}
+# The smoke shape: a few layers, real head size (128, which vLLM's CPU attention runs), grouped-query
+# attention kept; every other field (rope, norms, biases, q/k-norm, tied head) is the paper model's.
+TINY_PAPER_SHAPE = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=2,
+                        num_key_value_heads=1, head_dim=128)
+# Qwen's tokenizers cannot be fetched here: the tiny paper models use SmolLM2's tokenizer (ChatML, like
+# Qwen's) with the vocabulary size set to match it, and these templates, written for the smoke, in the form
+# of Qwen's own: Qwen2.5's default system prompt, and Qwen3's ``enable_thinking`` switch (false: the
+# assistant turn opens with an empty think block, as Qwen3's template does).
+QWEN2_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n' }}"
+    "{% endif %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+QWEN3_TEMPLATE = (  # as Qwen3's, a final assistant turn is rendered after an empty think block
+    "{% for message in messages %}{% if message['role'] == 'assistant' and loop.last %}"
+    "{{ '<|im_start|>assistant\n<think>\n\n</think>\n\n' + message['content'] + '<|im_end|>\n' }}"
+    "{% else %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+    "{% if enable_thinking is defined and enable_thinking is false %}{{ '<think>\n\n</think>\n\n' }}"
+    "{% endif %}{% endif %}"
+)
+SMOKE_SEED = 3
+
+
+def paper_config(name: str, **shape: Any) -> Any:
+    """The transformers config of paper model ``name`` (a key of ``PAPER_CONFIGS``), with ``shape`` over it."""
+    from transformers import AutoConfig
+
+    if name not in PAPER_CONFIGS:
+        raise ValueError(f"no architecture recorded for {name!r}; known: {', '.join(sorted(PAPER_CONFIGS))}")
+    fields = {**PAPER_CONFIGS[name], **shape}
+    theta = fields.pop("rope_theta")
+    return AutoConfig.for_model(fields.pop("model_type"), **fields,
+                                rope_parameters={"rope_type": "default", "rope_theta": theta})
+
+
+def paper_parameters(name: str) -> int:
+    """Parameters of the full paper model ``name``, counted on the meta device (no memory, no download)."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(paper_config(name))
+    return sum(p.numel() for p in model.parameters())
+
+
+def build_tiny_paper(name: str, tokenizer: Any, seed: int = SMOKE_SEED) -> torch.nn.Module:
+    """A random model of paper model ``name``'s class and fields at ``TINY_PAPER_SHAPE``, its vocabulary
+    and special tokens ``tokenizer``'s. Deterministic in ``seed``; the global RNG is left untouched."""
+    from transformers import AutoModelForCausalLM
+
+    config = paper_config(name, **TINY_PAPER_SHAPE, vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
+                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, dtype="float32")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    return model.eval()
+
+
+def tiny_paper_path(name: str, cache_dir: str | Path | None = None) -> Path:
+    """``<cache>/tiny-<name>``: the tiny random model of paper model ``name``, built on first call."""
+    cache_dir = Path(cache_dir or default_cache_dir())
+    target = cache_dir / f"tiny-{name}"
+    template = QWEN3_TEMPLATE if PAPER_CONFIGS[name]["model_type"] == "qwen3" else QWEN2_TEMPLATE
+    saved = target / "chat_template.jinja"
+    if _is_prepared(target) and saved.is_file() and saved.read_text() == template:
+        return target
+    shutil.rmtree(target, ignore_errors=True)  # absent, or built with an earlier template
+    _, tokenizer = _smollm2_config_and_tokenizer(cache_dir)
+    tokenizer.chat_template = template
+    model = build_tiny_paper(name, tokenizer)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    with _atomic_dir(target) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    return target
+
+
 LOCAL_MODELS: dict[str, Callable[[str | Path | None], Path]] = {
     "smollm2-135m": smollm2_path,
     "tiny": tiny_path,
+    **{f"tiny-{name}": (lambda cache_dir, name=name: tiny_paper_path(name, cache_dir)) for name in PAPER_CONFIGS},
 }
 PAPER_MODELS = (
     "Qwen/Qwen2.5-3B-Instruct",
     "Qwen/Qwen2.5-7B-Instruct",
     "Qwen/Qwen2.5-14B-Instruct",
     "Qwen/Qwen3-4B",
+    "Qwen/Qwen3-4B-Instruct-2507",
     "Qwen/Qwen3-1.7B",
     "Qwen/Qwen3.5-2B",
 )
@@ -246,6 +354,22 @@ def apply_lora(model: torch.nn.Module, lora: dict[str, Any]) -> torch.nn.Module:
     return get_peft_model(model, config)
 
 
+def bind_template_options(tokenizer: Any, options: dict[str, Any] | None) -> Any:
+    """Fix chat-template variables (e.g. Qwen3's ``enable_thinking: false``) in ``tokenizer``'s template.
+
+    Every render of the model's prompts (both engines, SFT pairs, the tasks' prompts) goes through
+    ``apply_chat_template``; setting the options at the top of the template applies them to all of them, so
+    no caller can forget to pass them.
+    """
+    if not options:
+        return tokenizer
+    if not tokenizer.chat_template:
+        raise ValueError(f"chat_template_kwargs {options} given, but the tokenizer has no chat template")
+    sets = "".join(f"{{%- set {key} = {json.dumps(value)} -%}}" for key, value in options.items())
+    tokenizer.chat_template = sets + tokenizer.chat_template
+    return tokenizer
+
+
 def load_policy(
     name_or_path: str | Path,
     *,
@@ -253,6 +377,7 @@ def load_policy(
     lora: dict | None = None,
     device: str | torch.device = "cpu",
     cache_dir: str | Path | None = None,
+    chat_template_kwargs: dict[str, Any] | None = None,
 ) -> tuple[Any, Any]:
     """Load the policy to train and its tokenizer.
 
@@ -262,6 +387,7 @@ def load_policy(
         lora: ``{r, alpha, dropout, target_modules}`` to train a LoRA adapter; None trains all weights.
         device: where the model goes.
         cache_dir: where local models live (default ``default_cache_dir()``).
+        chat_template_kwargs: template variables fixed for every prompt (``bind_template_options``).
 
     Returns:
         (model, tokenizer); the model in train mode, the tokenizer padding on the left.
@@ -277,6 +403,7 @@ def load_policy(
             raise
         raise _not_available(source, cache_dir, err) from err
     prepare_tokenizer(tokenizer)
+    bind_template_options(tokenizer, chat_template_kwargs)
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.to(device)

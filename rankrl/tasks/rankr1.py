@@ -472,7 +472,9 @@ class RankR1Task(TaskBase):
         if isinstance(self.tokenizer, (str, Path)):
             from transformers import AutoTokenizer
 
-            self.tokenizer = AutoTokenizer.from_pretrained(str(self.tokenizer))
+            from rankrl.models import resolve_model  # a local model's folder is built on first use
+
+            self.tokenizer = AutoTokenizer.from_pretrained(resolve_model(self.tokenizer))
 
     def benchmark(self, role: str) -> Benchmark:
         """The ``train`` or ``eval`` benchmark, loaded on first use."""
