@@ -30,10 +30,20 @@ export WANDB_MODE ?= offline
 export OPENAI_API_KEY ?= dummy
 export TOKENIZERS_PARALLELISM := false
 
+# reproduce-<paper>: cpu (SmolLM2-135M on this machine), paper (the paper's models: GPUs and the model hub) or
+# smoke (the paper rows on the CPU with tiny random models of the paper models' architectures; smoke-<paper>).
+# `make -n reproduce-<paper> PROFILE=paper` lists every row's command: under -n the script only prints them.
+PROFILE ?= cpu
+DRY_RUN := $(if $(findstring n,$(firstword -$(MAKEFLAGS))),1)
+SMOKE_LOG_DIR ?= $(abspath outputs/smoke)
+REPRODUCE = +DRY_RUN=$(DRY_RUN) PROFILE=$(PROFILE) bash experiments/$(1)/reproduce.sh
+# a smoke always runs every row again (a stale finished run would hide a broken path)
+SMOKE = rm -rf $(SMOKE_LOG_DIR)/$(1) && RANKRL_LOG_DIR=$(SMOKE_LOG_DIR) PROFILE=smoke bash experiments/$(1)/reproduce.sh
+
 INSTALLED := $(VENV)/.rankrl-installed
 MODELS := $(CACHE_DIR)/models/smollm2-135m/config.json $(CACHE_DIR)/models/tiny/config.json
 
-.PHONY: help setup install models data java test test-full dry-run bench reproduce reproduce-rankr1 reproduce-grape pipeline-check reproduce-cogr reproduce-fgrpo tables clean
+.PHONY: help setup install models data java test test-full dry-run bench reproduce reproduce-rankr1 reproduce-grape pipeline-check reproduce-cogr reproduce-fgrpo smoke-paper smoke-rankr1 smoke-fgrpo smoke-cogr smoke-grape tables clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -89,21 +99,35 @@ reproduce: setup ## every paper's reproduction, one after the other (each experi
 	@set -e; for script in experiments/*/reproduce.sh; do echo "=== $$script"; bash $$script; done
 	$(PY) -m rankrl.report paper=all
 
-reproduce-rankr1: setup ## Rank-R1: every CPU-runnable row, then its tables and reward curve (81 min measured at 6320be9; experiments/rankr1/README.md)
-	bash experiments/rankr1/reproduce.sh
+reproduce-rankr1: setup ## Rank-R1: every row of PROFILE (cpu: 81 min measured at 6320be9), then its tables (experiments/rankr1/README.md)
+	$(call REPRODUCE,rankr1)
 
-reproduce-grape: setup ## GRAPE: the CPU-scale text rows, tables and CPU Fig. 5 (13 min measured; experiments/grape/README.md)
-	bash experiments/grape/reproduce.sh
+reproduce-grape: setup ## GRAPE: the CPU-scale text rows, tables and CPU Fig. 5 (17 min measured; experiments/grape/README.md)
+	$(call REPRODUCE,grape)
 
 pipeline-check: setup ## the engine's own pipelines on the tiny model: SFT -> GRPO -> evaluate, and two roles in rounds (~1 min)
 	$(PY) -m rankrl.pipeline experiment=core/vowels_pipeline model=tiny
 	$(PY) -m rankrl.pipeline experiment=core/vowel_relay_rounds model=tiny
 
-reproduce-cogr: setup ## CoGR: CPU-scale rows (ABLATIONS=1 adds the ablations), tables, figures (42 min measured; experiments/cogr/README.md)
-	bash experiments/cogr/reproduce.sh
+reproduce-cogr: setup ## CoGR: every row of PROFILE (cpu: 42 min measured; ABLATIONS=1 adds the ablations), tables, figures
+	$(call REPRODUCE,cogr)
 
-reproduce-fgrpo: setup ## F-GRPO: every CPU-runnable row, then its tables and figures (82 min measured from a fresh clone; experiments/fgrpo/README.md)
-	bash experiments/fgrpo/reproduce.sh
+reproduce-fgrpo: setup ## F-GRPO: every row of PROFILE (cpu: 82 min measured from a fresh clone), then its tables and figures
+	$(call REPRODUCE,fgrpo)
+
+smoke-paper: smoke-rankr1 smoke-fgrpo smoke-cogr smoke-grape ## the paper profile's path on the CPU: tiny Qwen-shaped models, LoRA, real vLLM (CI; ~15 min)
+
+smoke-rankr1: setup ## Rank-R1's paper rows at smoke scale (~1.5 min): runs and tables under outputs/smoke/
+	$(call SMOKE,rankr1)
+
+smoke-fgrpo: setup ## F-GRPO's paper rows of MovieLens at smoke scale (~5 min): runs and tables under outputs/smoke/
+	$(call SMOKE,fgrpo)
+
+smoke-grape: setup ## GRAPE's main-table rows at smoke scale (~4 min): random-weight CLIP over ten photographs
+	$(call SMOKE,grape)
+
+smoke-cogr: setup ## CoGR's paper pipelines at smoke scale over dl-pools-cpu (~6 min): runs and tables under outputs/smoke/
+	$(call SMOKE,cogr)
 
 tables: install ## rebuild every paper's tables and figures from run folders (reruns nothing; seconds)
 	$(PY) -m rankrl.report paper=all

@@ -22,7 +22,7 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from rankrl import distributed as ddp
-from rankrl.errors import ConfigError
+from rankrl.errors import ConfigError, EnvironmentProblem
 from rankrl.rl.config import typed_node
 from rankrl.rl.task import DEFAULT_ROLE, EvalTask, TrainTask
 from rankrl.rollout.base import Generator, RolloutEngine, SamplingParams, engine_generator, with_progress
@@ -37,6 +37,14 @@ log = logging.getLogger(__name__)
 def task_uses_model(cfg: DictConfig) -> bool:
     """Whether the task needs an LLM (first-stage baselines do not); declared by the task class."""
     return bool(get_class(cfg.task._target_).uses_model)
+
+
+def check_machine(cfg: DictConfig) -> None:
+    """A paper-scale run of a model needs a GPU: stop before anything loads, naming the CPU alternative."""
+    if cfg.get("scale") == "paper" and task_uses_model(cfg) and not torch.cuda.is_available():
+        raise EnvironmentProblem(
+            "profile=paper trains and serves the paper's models on CUDA GPUs, and this machine has none; "
+            "`make smoke-<paper>` (profile=smoke) runs the same path on the CPU with tiny random models")
 
 
 def build_task(cfg: DictConfig) -> EvalTask:
@@ -133,7 +141,9 @@ def build_policy(cfg: DictConfig, model_cfg: DictConfig | None = None,
 
     model_cfg = model_cfg if model_cfg is not None else cfg.model
     lora = OmegaConf.to_container(model_cfg.lora, resolve=True) if model_cfg.get("lora") else None
-    policy, tokenizer = load_policy(str(model_cfg.path), dtype=model_cfg.dtype, lora=lora, device=_load_device(cfg))
+    template = model_cfg.get("chat_template_kwargs")
+    policy, tokenizer = load_policy(str(model_cfg.path), dtype=model_cfg.dtype, lora=lora, device=_load_device(cfg),
+                                    chat_template_kwargs=OmegaConf.to_container(template) if template else None)
     if init_from is not None:
         from rankrl.rl.checkpoint import load_policy_weights
 
@@ -179,10 +189,12 @@ def policy_dir(ckpt: Path) -> Path:
 
 
 def weights_fingerprint(model: torch.nn.Module) -> str:
-    """A short fingerprint of every parameter's values: equal weights, equal fingerprints (one pass, cheap)."""
+    """A short fingerprint of every parameter's values: equal weights, equal fingerprints (one pass, cheap).
+    A sharded policy's parameters are gathered first (a collective: every rank calls this)."""
     h = hashlib.sha256()
     with torch.no_grad():
         for name, p in sorted(model.state_dict().items()):
+            p = ddp.full_tensor(p)
             if p.is_floating_point():
                 h.update(f"{name}:{p.double().sum().item():.10e}:{p.double().abs().sum().item():.10e}".encode())
     return h.hexdigest()[:16]

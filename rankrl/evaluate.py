@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
     """Evaluate and write the run's files; returns the metrics record."""
     check_run_keys(cfg)
+    app.check_machine(cfg)
     seed_everything(int(cfg.seed))
     task = app.build_task(cfg)
     gens, roles = {}, {}

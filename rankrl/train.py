@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Train the role ``cfg.train_role``, evaluate the final policy, write the run's files; returns the record."""
     check_run_keys(cfg)
+    app.check_machine(cfg)
     trainer_cfg = build_trainer_config(cfg.trainer)
     ddp.init_from_env()
     seed_everything(int(cfg.seed))

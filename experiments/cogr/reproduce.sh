@@ -1,52 +1,54 @@
 #!/usr/bin/env bash
-# CoGR at CPU scale: every row this machine can run, then the tables and figures. Called by `make reproduce-cogr`.
-# Runs have fixed folders under outputs/cogr/; a finished run or pipeline stage (metrics.json present) is
-# skipped and a killed training stage resumes, so rerunning continues where it stopped. Delete outputs/cogr
-# to start over. Extra Hydra overrides for every run go in OVERRIDES (e.g. OVERRIDES="model=tiny" for a smoke
-# run). ABLATIONS=1 adds the two ablation pipelines (shared generator, no SFT initialisation): about 1.4x the
-# default's time again, so they are left out by default to keep the reproduction within its CPU budget.
-set -euo pipefail
+# CoGR: every row of its tables that the profile runs, then the tables and figures.
+#   make reproduce-cogr                  PROFILE=cpu: SmolLM2-135M over dl-pools-cpu (42 min measured); ABLATIONS=1
+#                                        adds the shared-generator and no-SFT pipelines (~1.4x the time again)
+#   make reproduce-cogr PROFILE=paper    WANDS for Qwen3-4B-Instruct and Qwen3-1.7B (MODELS="..." chooses), with
+#                                        the ablations; needs WANDS's products and labels
+#   make smoke-cogr                      PROFILE=smoke: the paper's pipelines on the CPU, a tiny Qwen3-shaped model,
+#                                        over dl-pools-cpu (WANDS's products are not on the build machines)
+# Run folders, skipping, resuming, FORCE, DRY_RUN, OVERRIDES, NPROC: experiments/lib.sh.
 cd "$(dirname "$0")/../.."
-# Same seed, same numbers on any machine: floating-point sums depend on the thread count, so torch and vLLM's
-# CPU engine run on RANKRL_THREADS threads (default 2, the build machines' cores) whatever the machine has.
-export OMP_NUM_THREADS=${RANKRL_THREADS:-2} MKL_NUM_THREADS=${RANKRL_THREADS:-2}
-PY=${PY:-.venv/bin/python}
-LOG=${RANKRL_LOG_DIR:-outputs}
-DATA=${RANKRL_DATA_DIR:-data}
-read -r -a EXTRA <<< "${OVERRIDES:-}"
+source experiments/lib.sh
 
-evaluate() {  # evaluate <experiment>: a single evaluation run (the cutoff baselines)
-  local exp=$1 dir="$LOG/$1"
-  if [[ -f "$dir/metrics.json" ]]; then echo "== $exp: done ($dir/metrics.json)"; return; fi
-  echo "== $exp (evaluate) -> $dir"
-  "$PY" -m rankrl.evaluate "experiment=$exp" "hydra.run.dir=$dir" "${EXTRA[@]}"
+case $PROFILE in
+  cpu) MODELS=${MODELS:-smollm2-135m}; CATALOG=dlpools ;;
+  paper) MODELS=${MODELS:-qwen3-4b-instruct qwen3-1.7b}; CATALOG=wands; ABLATIONS=${ABLATIONS:-1} ;;
+  smoke) MODELS=${MODELS:-qwen3-4b-instruct}; CATALOG=dlpools ;;
+esac
+
+have_wands() { [[ -n "${DRY_RUN:-}" ]] || [[ -f "$DATA/wands/product.csv" && -f "$DATA/wands/label.csv" ]]; }
+if [[ $CATALOG == wands ]] && ! have_wands; then
+  echo "WANDS's product.csv and label.csv are missing under $DATA/wands:" \
+       "python -m rankrl.data.prepare --data-dir $DATA --only wands" >&2
+  exit 1
+fi
+
+rows() {  # rows <catalog> <model>: the cutoff baselines, CoGR (base, SFT, rounds), CoGR*, the ablations
+  local c=$1 m=$2
+  run evaluate "cogr/bm25_cutoff_$c" "$m"
+  run evaluate "cogr/dense_cutoff_$c" "$m"
+  pipeline "cogr/cogr_$c" "$m"
+  # CoGR*: query-side rounds only, over the item index of CoGR's own SFT stage
+  local root="$LOG_DIR/cogr/cogr_$c/$PROFILE-$m/seed0"
+  pipeline "cogr/cogr_star_$c" "$m" "roles.query.init_from=$root/sft_query" "roles.item.init_from=$root/sft_item"
+  if [[ "${ABLATIONS:-0}" == 1 ]]; then
+    pipeline "cogr/cogr_shared_$c" "$m"
+    pipeline "cogr/cogr_nosft_$c" "$m"
+  fi
 }
 
-pipeline() {  # pipeline <experiment> [overrides...]: prints the pipeline folder last
-  local exp=$1; shift
-  echo "== $exp (pipeline)" >&2
-  "$PY" -m rankrl.pipeline "experiment=$exp" "$@" "${EXTRA[@]}" | tee /dev/stderr | tail -n 1 | sed 's/^pipeline finished: //'
-}
-
-# Baselines on the CPU-scale catalog: BM25 and MiniLM, each cut at the depth with the best training F1 (seconds)
-evaluate cogr/bm25_cutoff_dlpools
-evaluate cogr/dense_cutoff_dlpools
-# CoGR: base-model keywords, SFT of both generators, alternating GRPO rounds (cogr_schedule.rounds), final evaluation
-ROOT=$(pipeline cogr/cogr_dlpools)
-# CoGR*: the query side alone, from the SFT stages above, over the SFT item index
-pipeline cogr/cogr_star_dlpools "roles.query.init_from=$ROOT/sft_query" "roles.item.init_from=$ROOT/sft_item" >/dev/null
-# Ablations: one generator for both sides; rounds without SFT initialisation
-if [[ "${ABLATIONS:-0}" == 1 ]]; then
-  pipeline cogr/cogr_shared_dlpools >/dev/null
-  pipeline cogr/cogr_nosft_dlpools >/dev/null
+for m in $MODELS; do rows "$CATALOG" "$m"; done
+# CPU: the WANDS baselines too, when its files are present
+if [[ $PROFILE == cpu ]]; then
+  if have_wands; then
+    run evaluate cogr/bm25_cutoff_wands smollm2-135m
+    run evaluate cogr/dense_cutoff_wands smollm2-135m
+  else
+    echo "== WANDS rows skipped: $DATA/wands/product.csv or label.csv missing (python -m rankrl.data.prepare --only wands)"
+  fi
 fi
-# WANDS: its products and labels are not on CPU build machines; with them, the two baselines run here (the
-# keyword generators over 42,994 products need profile=paper on a GPU). Without them the rows read "missing".
-if [[ -f "$DATA/wands/product.csv" && -f "$DATA/wands/label.csv" ]]; then
-  evaluate cogr/bm25_cutoff_wands
-  evaluate cogr/dense_cutoff_wands
-else
-  echo "== WANDS rows skipped: $DATA/wands/product.csv or label.csv missing (python -m rankrl.data.prepare --only wands)"
-fi
-"$PY" -m rankrl.report paper=cogr
-"$PY" -m rankrl.tasks.cogr figures --runs-dir "$LOG" --out-dir experiments/cogr
+report cogr
+FIGURES=("$PY" -m rankrl.tasks.cogr figures --runs-dir "$LOG_DIR" --out-dir experiments/cogr)
+[[ $PROFILE == smoke ]] && FIGURES[-1]="$LOG_DIR/tables/cogr"
+if [[ -n "${DRY_RUN:-}" ]]; then echo "${FIGURES[*]}"; else "${FIGURES[@]}"; fi
+if [[ -z "${DRY_RUN:-}" ]]; then echo "== reproduce-cogr ($PROFILE) finished in $((SECONDS / 60)) min"; fi

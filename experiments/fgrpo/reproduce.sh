@@ -1,59 +1,67 @@
 #!/usr/bin/env bash
-# F-GRPO at CPU scale: every row this machine can run, then the tables and figures. Called by
-# `make reproduce-fgrpo`; experiments/fgrpo/README.md lists the rows, the deviations and the expected time.
-# Every run has a fixed folder under outputs/fgrpo/; a finished run (metrics.json present) is skipped, and a
-# killed training run resumes from its last checkpoint when this script is run again. FORCE=1 reruns all.
-# Extra Hydra overrides for every run go in OVERRIDES, e.g. OVERRIDES="task.eval_queries=20 trainer.max_steps=4"
-# for a smoke run (the SFT stages keep their 1 epoch: their length is set by trainer.epochs).
-set -euo pipefail
+# F-GRPO: every row of its tables that the profile runs, then the tables, figures and relative gains.
+#   make reproduce-fgrpo                 PROFILE=cpu: SmolLM2-135M, every CPU-runnable row (experiments/fgrpo/README.md)
+#   make reproduce-fgrpo PROFILE=paper   the four benchmarks for Qwen3-4B and Qwen3.5-2B (MODELS="..." chooses),
+#                                        the lambda and n sweeps for the first model
+#   make smoke-fgrpo                     PROFILE=smoke: the paper rows of MovieLens on the CPU, a tiny
+#                                        Qwen3-shaped model (BENCHMARKS="..." for more)
+# Run folders, skipping, resuming, FORCE, DRY_RUN, OVERRIDES, NPROC: experiments/lib.sh. REPORT_DIR moves the
+# tables and figures (default experiments/fgrpo/; smoke: beside its runs).
 cd "$(dirname "$0")/../.."
-# Same seed, same numbers on any machine: floating-point sums depend on the thread count, so torch and vLLM's
-# CPU engine run on RANKRL_THREADS threads (default 2, the build machines' cores) whatever the machine has.
-export OMP_NUM_THREADS=${RANKRL_THREADS:-2} MKL_NUM_THREADS=${RANKRL_THREADS:-2}
-PY=${PY:-.venv/bin/python}
-LOG=${RANKRL_LOG_DIR:-outputs}
-SCALE_MODEL=${SCALE_MODEL:-cpu-smollm2-135m}  # run folders' <scale>-<model>: SCALE_MODEL=cpu-tiny with OVERRIDES=model=tiny
-read -r -a EXTRA <<< "${OVERRIDES:-}"
-[[ -n "${FORCE:-}" ]] && rm -rf "${LOG:?}/fgrpo"
+source experiments/lib.sh
 
-evaluate() {  # evaluate <experiment>: a zero-shot row
-  local exp=$1 dir="$LOG/$1/$SCALE_MODEL/seed0"
-  if [[ -f "$dir/metrics.json" ]]; then echo "== $exp: done ($dir/metrics.json)"; return; fi
-  echo "== $exp (evaluate) -> $dir"
-  "$PY" -m rankrl.evaluate "experiment=$exp" logger=none "${EXTRA[@]}"
-}
+case $PROFILE in
+  cpu) MODELS=${MODELS:-smollm2-135m}; BENCHMARKS=movielens
+       ZERO_SHOT=${BENCHMARKS_ZERO_SHOT:-movielens lastfm hotpotqa musique}; LAMS=0.5,2; SIZES=5,15 ;;
+  # the paper's two models; lambda = 1 and n = 10 are the main rows, so the sweeps add the other values
+  paper) MODELS=${MODELS:-qwen3-4b qwen3.5-2b}; BENCHMARKS=${BENCHMARKS:-movielens lastfm hotpotqa musique}
+         ZERO_SHOT=$BENCHMARKS; LAMS=0.5,2; SIZES=5,15 ;;
+  # Qwen3.5-2B's hybrid architecture is not among rankrl.models.PAPER_CONFIGS: the smoke builds Qwen3-4B's
+  smoke) MODELS=${MODELS:-qwen3-4b}; BENCHMARKS=${BENCHMARKS:-movielens}; ZERO_SHOT=$BENCHMARKS; LAMS=0.5; SIZES=5 ;;
+esac
 
-pipeline() {  # pipeline <experiment>: its stages, each skipped when finished (rankrl.pipeline)
-  echo "== $1 (pipeline)"
-  "$PY" -m rankrl.pipeline "experiment=$1" logger=none "${EXTRA[@]}"
-}
-
-sweep() {  # sweep <name> <key> <prefix> <values> [overrides...]: GRPO stages from the F-GRPO pipeline's SFT
-  local name=$1 key=$2 prefix=$3 values=$4; shift 4
-  local todo=()
+sweep() {  # sweep <model> <name> <key> <prefix> <values>: GRPO runs from the MovieLens F-GRPO pipeline's SFT
+  local m=$1 name=$2 key=$3 prefix=$4 values=$5 v todo=()
+  local root="$LOG_DIR/fgrpo/$name/$PROFILE-$m"
   for v in ${values//,/ }; do
-    [[ -f "$LOG/fgrpo/$name/$prefix$v/metrics.json" ]] || todo+=("$v")
+    [[ -f "$root/$prefix$v/metrics.json" && -z "${FORCE:-}" ]] || todo+=("$v")
   done
-  if [[ ${#todo[@]} -eq 0 ]]; then echo "== fgrpo/$name: done"; return; fi
+  if [[ ${#todo[@]} -eq 0 ]]; then echo "== fgrpo/$name ($m): done"; return; fi
   local joined; joined=$(IFS=,; echo "${todo[*]}")
-  echo "== fgrpo/$name: $key=$joined (multirun)"
-  "$PY" -m rankrl.train -m experiment=fgrpo/fgrpo_movielens logger=none "$key=$joined" \
-    "init_from=$LOG/fgrpo/fgrpo_movielens/$SCALE_MODEL/seed0/sft" trainer.resume=true \
-    "experiment_name=fgrpo/$name/$prefix\${$key}" "hydra.sweep.dir=$LOG/fgrpo/$name" \
-    "hydra.sweep.subdir=$prefix\${$key}" "$@" "${EXTRA[@]}"
+  local cmd; read -r -a cmd <<< "$(launcher train)"
+  cmd+=(-m experiment=fgrpo/fgrpo_movielens "profile=$PROFILE" "model=$m" "$key=$joined"
+        "init_from=$LOG_DIR/fgrpo/fgrpo_movielens/$PROFILE-$m/seed0/sft" trainer.resume=true
+        "experiment_name=fgrpo/$name/$prefix\${$key}" "hydra.sweep.dir=$root" "hydra.sweep.subdir=$prefix\${$key}"
+        "${EXTRA[@]}")
+  if [[ -n "${DRY_RUN:-}" ]]; then echo "${cmd[*]}"; return; fi
+  echo "== [$((SECONDS / 60)) min] fgrpo/$name ($m): $key=$joined (multirun)"
+  "${cmd[@]}"
 }
 
-# Zero-shot rows, every benchmark (greedy, no training): one call, then two calls (select, then rank)
-for b in movielens lastfm hotpotqa musique; do evaluate "fgrpo/zeroshot_$b"; done
-for b in movielens lastfm hotpotqa musique; do evaluate "fgrpo/twostep_$b"; done
-# MovieLens-100K: factorized SFT then F-GRPO; GRPO from the same SFT weights; decoupled SFT (two roles)
-pipeline fgrpo/fgrpo_movielens
-pipeline fgrpo/grpo_movielens
-pipeline fgrpo/decoupled_movielens
-# Sweeps (lambda = 1 and n = 10 are the F-GRPO row above); the full sweeps are
-#   task.lam=0.5,1,2 and task.slate_size=5,10,15 with the same command
-sweep sweep_lam task.lam lam 0.5,2
-sweep sweep_n task.slate_size n 5,15
-# Tables, figures and the relative gains (into experiments/fgrpo/, or REPORT_DIR when set)
-"$PY" -m rankrl.report paper=fgrpo ${REPORT_DIR:+"out_dir=$REPORT_DIR"}
-"$PY" -m rankrl.tasks.fgrpo gains --runs-dir "$LOG" ${REPORT_DIR:+--out-dir "$REPORT_DIR"}
+first=${MODELS%% *}
+for m in $MODELS; do
+  # the paper's lr for Qwen3.5-2B on the QA benchmarks is 2e-6 (5e-6 elsewhere)
+  qa_lr=(); [[ $m == qwen3.5-2b ]] && qa_lr=(trainer.lr=2e-6)
+  # Zero-shot rows (greedy, no training): one call, then two calls (select, then rank)
+  for b in $ZERO_SHOT; do run evaluate "fgrpo/zeroshot_$b" "$m" logger=none; done
+  for b in $ZERO_SHOT; do run evaluate "fgrpo/twostep_$b" "$m" logger=none; done
+  for b in $BENCHMARKS; do
+    lr=(); [[ $b == hotpotqa || $b == musique ]] && lr=("${qa_lr[@]}")
+    # factorized SFT then F-GRPO; GRPO from the same SFT weights; decoupled SFT (two roles)
+    pipeline "fgrpo/fgrpo_$b" "$m" logger=none "${lr[@]}"
+    pipeline "fgrpo/grpo_$b" "$m" logger=none "${lr[@]}"
+    pipeline "fgrpo/decoupled_$b" "$m" logger=none
+  done
+  # Sweeps on MovieLens (the paper's Fig.: lambda and the slate size n), first model only
+  if [[ $m == "$first" ]]; then
+    sweep "$m" sweep_lam task.lam lam "$LAMS"
+    sweep "$m" sweep_n task.slate_size n "$SIZES"
+  fi
+done
+# Tables, figures and the relative gains
+if [[ -n "${REPORT_DIR:-}" ]]; then report fgrpo "out_dir=$REPORT_DIR"; else report fgrpo; fi
+GAINS=("$PY" -m rankrl.tasks.fgrpo gains --runs-dir "$LOG_DIR")
+if [[ $PROFILE == smoke ]]; then GAINS+=(--out-dir "$LOG_DIR/tables/fgrpo")
+elif [[ -n "${REPORT_DIR:-}" ]]; then GAINS+=(--out-dir "$REPORT_DIR"); fi
+if [[ -n "${DRY_RUN:-}" ]]; then echo "${GAINS[*]}"; else "${GAINS[@]}"; fi
+if [[ -z "${DRY_RUN:-}" ]]; then echo "== reproduce-fgrpo ($PROFILE) finished in $((SECONDS / 60)) min"; fi

@@ -1,52 +1,70 @@
 #!/usr/bin/env bash
-# GRAPE at CPU scale: every row this machine can run, then the tables and the CPU Fig. 5. Called by
-# `make reproduce-grape`. The CPU rows are a text stand-in (no images or CLIP weights here): DL19 queries
-# rewritten to retrieve their relevant passages from the 9,658-passage DL corpus with a frozen MiniLM, the
-# rewriter (SmolLM2-135M) trained on DL20's queries. Every run has a fixed folder under outputs/grape/; a
-# finished one (metrics.json present) is skipped, a killed training stage resumes. FORCE=1 reruns everything.
-# OVERRIDES adds Hydra overrides to every run (e.g. OVERRIDES="eval_limit=5" for a smoke run; such rows are
-# marked "first N queries" in the tables). MODEL picks the rewriter (tests use tiny); REPORT_OUT writes the
-# tables and figures there instead of experiments/grape/.
-set -euo pipefail
+# GRAPE: every row of its tables that the profile runs, then the tables (and, at CPU scale, the CPU Fig. 5).
+#   make reproduce-grape                 PROFILE=cpu: the text stand-in (no images or CLIP weights here): DL19
+#                                        queries rewritten to retrieve their passages from the 9,658-passage DL
+#                                        corpus with a frozen MiniLM, the SmolLM2-135M rewriter trained on DL20's
+#   make reproduce-grape PROFILE=paper   the main table (CLIP ViT-B/16, five benchmarks) and the retriever sizes
+#                                        (ViT-B/32, ViT-L/14) for the Qwen2.5-3B rewriter (MODELS="..." chooses)
+# Run folders, skipping, resuming, FORCE, DRY_RUN, OVERRIDES, NPROC: experiments/lib.sh. MODELS picks the
+# rewriter (tests use tiny); REPORT_OUT writes the tables and figures there instead of experiments/grape/.
+#   make smoke-grape                     PROFILE=smoke: the image rows on the CPU, a tiny Qwen2.5-shaped rewriter,
+#                                        random-weight CLIPs over ten photographs (task_scale/grape_smoke.yaml)
 cd "$(dirname "$0")/../.."
-# Same seed, same numbers on any machine: floating-point sums depend on the thread count, so torch and vLLM's
-# CPU engine run on RANKRL_THREADS threads (default 2, the build machines' cores) whatever the machine has.
-export OMP_NUM_THREADS=${RANKRL_THREADS:-2} MKL_NUM_THREADS=${RANKRL_THREADS:-2}
-PY=${PY:-.venv/bin/python}
-LOG_DIR=${RANKRL_LOG_DIR:-outputs}
-MODEL=${MODEL:-smollm2-135m}
-read -r -a EXTRA <<< "${OVERRIDES:-}"
-SEED_DIR="cpu-$MODEL/seed0"
+source experiments/lib.sh
 
-done_already() { [[ -f "$1/metrics.json" && -z "${FORCE:-}" ]]; }
-
-evaluate() {  # evaluate <experiment> [overrides...]
-  local exp=$1; shift
-  local dir="$LOG_DIR/$exp/$SEED_DIR"
-  if done_already "$dir"; then echo "== $exp: done ($dir/metrics.json)"; return; fi
-  echo "== $exp (evaluate) -> $dir"
-  "$PY" -m rankrl.evaluate "experiment=$exp" "model=$MODEL" "$@" "${EXTRA[@]}"
+cpu_rows() {  # cpu_rows <model>
+  local m=$1
+  run evaluate grape/cpu_raw_query "$m"
+  run evaluate grape/cpu_zeroshot_rewrite "$m"
+  # format warm start -> GRPO (rank reward); then the similarity-reward pipeline, whose compression control
+  # asks for about as many words as the rank-reward rewrites have (read from that run's metrics)
+  pipeline grape/cpu_grape_rank "$m"
+  local words=45
+  if [[ -z "${DRY_RUN:-}" ]]; then
+    words=$("$PY" -c "import json,sys; print(max(1, round(json.load(open(sys.argv[1]))['metrics']['rewrite_words'])))" \
+            "$LOG_DIR/grape/cpu_grape_rank/$PROFILE-$m/seed0/grape/metrics.json")
+  fi
+  pipeline grape/cpu_grape_sim "$m" "task.compress_words=$words"
 }
 
-pipeline() {  # pipeline <experiment> [overrides...]: finished stages are skipped by rankrl.pipeline itself
-  local exp=$1; shift
-  local dir="$LOG_DIR/$exp/$SEED_DIR"
-  if [[ -n "${FORCE:-}" ]]; then rm -rf "$dir"; fi
-  echo "== $exp (pipeline) -> $dir"
-  "$PY" -m rankrl.pipeline "experiment=$exp" "model=$MODEL" "$@" "${EXTRA[@]}"
+PAPER_BENCHMARKS="flickr30k-cn cvlue xm3600 wiki-image cirr"
+one() {  # one <entry> <experiment> <model> <retriever> <benchmark> [overrides...]: a sweep point's run
+  local entry=$1 exp=$2 m=$3 r=$4 b=$5; shift 5
+  RUN_DIR="$LOG_DIR/$exp/$r/$PROFILE-$m/sweep/benchmark=$b" run "$entry" "$exp" "$m" "retriever=$r" "benchmark=$b" "$@"
 }
 
-# 1. raw query into MiniLM (the first run encodes the 9,658 passages once into .cache/vectors/, ~5 min)
-evaluate grape/cpu_raw_query
-# 2. the untrained rewriter with GRAPE's prompt (SmolLM2-135M rarely writes the format zero-shot)
-evaluate grape/cpu_zeroshot_rewrite
-# 3. format warm start (SFT), then GRPO with the rank reward; the monitor logs the Fig. 5 probe (~32 min)
-pipeline grape/cpu_grape_rank
-# 4. the compression control (from the warm start, as many words as GRAPE's rewrites measured on DL19 in step 3),
-#    then GRPO with the similarity reward (the score-inflation ablation), in one pipeline
-WORDS=$("$PY" -c "import json,sys; print(max(1, round(json.load(open(sys.argv[1]))['metrics']['rewrite_words'])))" \
-        "$LOG_DIR/grape/cpu_grape_rank/$SEED_DIR/grape/metrics.json")
-pipeline grape/cpu_grape_sim "task.compress_words=$WORDS"
-# The image rows (Flickr30k-CN, CVLUE, XM3600, Wikipedia, CIRR with CLIP) need the images, the open_clip
-# weights and a GPU; see experiments/grape/README.md ("Paper scale"). They read "missing" here.
-"$PY" -m rankrl.report paper=grape ${REPORT_OUT:+"out_dir=$REPORT_OUT"}
+rewrite_words() {  # the mean rewrite length of GRAPE's rank-reward run: the compression control asks for as many
+  local file="$LOG_DIR/grape/grape_rank/$2/$PROFILE-$1/sweep/benchmark=$3/metrics.json"
+  if [[ -n "${DRY_RUN:-}" ]]; then echo "<GRAPE's mean rewrite_words>"; return; fi
+  "$PY" -c "import json,sys; print(max(1, round(json.load(open(sys.argv[1]))['metrics']['rewrite_words'])))" "$file"
+}
+
+paper_rows() {  # paper_rows <model>: the main table (ViT-B/16), then the retriever sizes, one benchmark at a time
+  local m=$1 r b
+  for b in $BENCHMARKS; do
+    one evaluate grape/raw_query "$m" clip-vit-b16 "$b"
+    one evaluate grape/zeroshot_rewrite "$m" clip-vit-b16 "$b"
+    one train grape/grape_rank "$m" clip-vit-b16 "$b" trainer.resume=true
+    one train grape/grape_sim "$m" clip-vit-b16 "$b" trainer.resume=true
+    one evaluate grape/compress_rewrite "$m" clip-vit-b16 "$b" "task.compress_words=$(rewrite_words "$m" clip-vit-b16 "$b")"
+    for r in $SIZES; do
+      one evaluate grape/raw_query "$m" "$r" "$b"
+      one evaluate grape/zeroshot_rewrite "$m" "$r" "$b"
+      one train grape/grape_rank "$m" "$r" "$b" trainer.resume=true
+    done
+  done
+}
+
+case $PROFILE in
+  cpu) cpu_rows "${MODELS:-smollm2-135m}" ;;
+  paper) BENCHMARKS=${BENCHMARKS:-$PAPER_BENCHMARKS}; SIZES=${SIZES:-clip-vit-b32 clip-vit-l14}
+         for m in ${MODELS:-qwen2.5-3b}; do paper_rows "$m"; done ;;
+  # ten photographs in Flickr30k-CN's layout and a random-weight CLIP stand in for the images and weights the
+  # build machines lack (task_scale/grape_smoke.yaml); one benchmark; the retriever-size rows repeat the same
+  # stages with another CLIP (SIZES="clip-vit-b32 clip-vit-l14" adds them: +5 min)
+  smoke) BENCHMARKS=${BENCHMARKS:-flickr30k-cn}; SIZES=${SIZES:-}
+         if [[ -z "${DRY_RUN:-}" ]]; then "$PY" -m rankrl.data.smoke --out "${RANKRL_CACHE_DIR:-.cache}/smoke_data"; fi
+         for m in ${MODELS:-qwen2.5-3b}; do paper_rows "$m"; done ;;
+esac
+if [[ -n "${REPORT_OUT:-}" ]]; then report grape "out_dir=$REPORT_OUT"; else report grape; fi
+if [[ -z "${DRY_RUN:-}" ]]; then echo "== reproduce-grape ($PROFILE) finished in $((SECONDS / 60)) min"; fi

@@ -1,41 +1,64 @@
 #!/usr/bin/env bash
-# Rank-R1 at CPU scale: every row this machine can run, then the tables and the reward curve.
-# Called by `make reproduce-rankr1`. Each run has its fixed folder outputs/<experiment>/cpu-smollm2-135m/seed0/;
-# a finished run (metrics.json present) is skipped, and a killed training run resumes from its last checkpoint.
-# FORCE=1 reruns everything. Extra Hydra overrides for every run go in OVERRIDES (e.g. OVERRIDES="eval_limit=5"
-# for a smoke run; such rows are marked "first N queries" in the tables).
-set -euo pipefail
+# Rank-R1: every row of its tables that the profile runs, then the tables (and, at CPU scale, the reward curve).
+#   make reproduce-rankr1                  PROFILE=cpu: SmolLM2-135M, the CPU-scale rows (81 min measured)
+#   make reproduce-rankr1 PROFILE=paper    Table 1 for Qwen2.5-3B/7B/14B-Instruct (MODELS="..." chooses), then
+#                                          Table 2 (BRIGHT) when its documents are present
+#   make smoke-rankr1                      PROFILE=smoke: the paper rows on the CPU, a tiny Qwen2.5-shaped model
+# Run folders, skipping, resuming, FORCE, DRY_RUN, OVERRIDES, NPROC: experiments/lib.sh.
 cd "$(dirname "$0")/../.."
-# Same seed, same numbers on any machine: floating-point sums depend on the thread count, so torch and vLLM's
-# CPU engine run on RANKRL_THREADS threads (default 2, the build machines' cores) whatever the machine has.
-export OMP_NUM_THREADS=${RANKRL_THREADS:-2} MKL_NUM_THREADS=${RANKRL_THREADS:-2}
-PY=${PY:-.venv/bin/python}
-LOG_DIR=${RANKRL_LOG_DIR:-outputs}
-read -r -a EXTRA <<< "${OVERRIDES:-}"
-SECONDS=0
+source experiments/lib.sh
 
-run() {  # run <entry point> <experiment> [overrides...]
-  local entry=$1 exp=$2; shift 2
-  local dir="$LOG_DIR/$exp/cpu-smollm2-135m/seed0"
-  if [[ -f "$dir/metrics.json" && -z "${FORCE:-}" ]]; then
-    echo "== $exp: done ($dir/metrics.json)"; return
-  fi
-  echo "== [$((SECONDS / 60)) min] $exp ($entry) -> $dir"
-  "$PY" -m "rankrl.$entry" "experiment=$exp" "$@" "${EXTRA[@]}"
+cpu_rows() {
+  # BM25 first stage: exact, seconds
+  run evaluate rankr1/bm25_dl19 smollm2-135m
+  run evaluate rankr1/bm25_dl20 smollm2-135m
+  # SmolLM2-135M zero-shot: the plain Setwise prompt, and the Rank-R1 (reasoning) prompt
+  run evaluate rankr1/setwise_dl19 smollm2-135m
+  run evaluate rankr1/rankr1_zeroshot_dl19 smollm2-135m
+  # the paper's Setwise SFT baseline: gold labels of DL20's judged pools (CPU deviation: not MS MARCO)
+  run train rankr1/setwise_sft_dl19 smollm2-135m trainer.resume=true
+  # format warm start (labelled CPU deviation), then GRPO from it; each stage is evaluated on DL19
+  pipeline rankr1/warmstart_grpo_dl19 smollm2-135m
 }
 
-# BM25 first stage: exact, seconds
-run evaluate rankr1/bm25_dl19
-run evaluate rankr1/bm25_dl20
-# SmolLM2-135M zero-shot: the plain Setwise prompt, and the Rank-R1 (reasoning) prompt
-run evaluate rankr1/setwise_dl19
-run evaluate rankr1/rankr1_zeroshot_dl19
-# the paper's Setwise SFT baseline: gold labels of DL20's judged pools (CPU deviation: not MS MARCO)
-run train rankr1/setwise_sft_dl19 trainer.resume=true
-# format warm start (labelled CPU deviation), then GRPO from it; each stage is evaluated on DL19
-echo "== [$((SECONDS / 60)) min] rankr1/warmstart_grpo_dl19 (pipeline)"
-[[ -n "${FORCE:-}" ]] && rm -rf "$LOG_DIR/rankr1/warmstart_grpo_dl19/cpu-smollm2-135m/seed0"
-"$PY" -m rankrl.pipeline experiment=rankr1/warmstart_grpo_dl19 "${EXTRA[@]}"
-# BRIGHT needs its documents (not on CPU build machines): the rows stay "missing" unless they are present.
-"$PY" -m rankrl.report paper=rankr1
-echo "== reproduce-rankr1 finished in $((SECONDS / 60)) min"
+have_bright() { [[ -n "${DRY_RUN:-}" ]] || compgen -G "$DATA/bright/documents/*.parquet" >/dev/null; }
+BRIGHT_TASKS=$(cd conf/benchmark && ls bright-*.yaml | sed 's/\.yaml$//')
+
+bright_rows() {  # bright_rows <experiment> <model> [overrides...]: one run per BRIGHT task, in a sweep's folders
+  local exp=$1 m=$2 task; shift 2
+  for task in $BRIGHT_TASKS; do
+    RUN_DIR="$LOG_DIR/$exp/$PROFILE-$m/sweep/benchmark=$task" run evaluate "$exp" "$m" "benchmark=$task" "$@"
+  done
+}
+
+paper_rows() {  # paper_rows <model>: Table 1's rows of one model, then its BRIGHT rows (Table 2)
+  local m=$1 policy
+  run evaluate rankr1/setwise_dl19 "$m"
+  run evaluate rankr1/setwise_dl20 "$m"
+  # GRPO on MS MARCO (smoke: DL20's judged pools), evaluated on DL19; the same policy is then read on DL20
+  run train rankr1/rankr1_grpo_dl19 "$m" trainer.resume=true
+  policy="init_from=$LOG_DIR/rankr1/rankr1_grpo_dl19/$PROFILE-$m/seed0"
+  run evaluate rankr1/rankr1_grpo_dl20 "$m" "$policy"
+  if ! have_bright; then
+    echo "== BRIGHT rows ($m) skipped: no documents under $DATA/bright/documents" \
+         "(python -m rankrl.data.prepare --data-dir $DATA --only bright)"
+    return
+  fi
+  bright_rows rankr1/setwise_bright "$m"
+  bright_rows rankr1/rankr1_zeroshot_bright "$m"
+  bright_rows rankr1/rankr1_grpo_bright "$m" "$policy"   # the GRPO policy above, out of domain
+}
+
+case $PROFILE in
+  cpu) cpu_rows ;;
+  *)
+    # Table 1's paper models; the smoke builds one (the three differ only in size and a tied head)
+    [[ $PROFILE == paper ]] && MODELS=${MODELS:-qwen2.5-3b qwen2.5-7b qwen2.5-14b} || MODELS=${MODELS:-qwen2.5-3b}
+    first=${MODELS%% *}
+    run evaluate rankr1/bm25_dl19 "$first"
+    run evaluate rankr1/bm25_dl20 "$first"
+    have_bright && bright_rows rankr1/bm25_bright "$first"
+    for m in $MODELS; do paper_rows "$m"; done ;;
+esac
+report rankr1
+if [[ -z "${DRY_RUN:-}" ]]; then echo "== reproduce-rankr1 ($PROFILE) finished in $((SECONDS / 60)) min"; fi

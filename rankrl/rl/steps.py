@@ -178,6 +178,9 @@ class GRPOStep:
             "format_error_rate": 1.0 - scores.format_ok.float().mean().item(),
             "completion_length/mean": lengths.mean().item(),
             "completion_length/max": lengths.max().item(),
+            # prompt tokens per completion (the prompt is computed once per group, see rankrl.rl.batch)
+            "prompt_length/mean": float(sum(map(len, rollouts.prompt_ids)) / max(len(rollouts.prompt_ids), 1)),
+            "prompt_length/max": float(max(map(len, rollouts.prompt_ids), default=0)),
             **{f"task/{k}": v for k, v in scores.metrics.items()},
             # one completion per step, to read what the policy writes (W&B shows it as text)
             "sample/completion": rollouts.texts[0],

@@ -10,6 +10,7 @@ from hydra.utils import get_class
 
 from rankrl import app
 from rankrl.errors import ConfigError
+from rankrl.models import PAPER_CONFIGS
 from rankrl.rl.config import build_trainer_config
 
 from tests.conftest import compose, experiment_names
@@ -22,7 +23,7 @@ def test_there_are_experiments():
     assert len(EXPERIMENTS) >= 5, EXPERIMENTS
 
 
-@pytest.mark.parametrize("profile", ["cpu", "paper"])
+@pytest.mark.parametrize("profile", ["cpu", "paper", "smoke"])
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_experiment_composes(experiment: str, profile: str):
     for entry in ("train", "evaluate") if profile == "cpu" else ("train",):
@@ -40,6 +41,12 @@ def test_experiment_composes(experiment: str, profile: str):
         app.eval_sampling(cfg)  # the evaluation node is typed too
         if profile == "cpu":  # every experiment runs on the CPU with a local model and vLLM's CPU engine
             assert cfg.model.name in {"smollm2-135m", "tiny"} and cfg.rollout.name == "vllm"
+        if profile == "smoke" and not experiment.startswith("core/"):
+            # the paper's model name and settings (LoRA, sampling), a tiny random model of its architecture
+            paper_cfg = compose(entry, [f"experiment={experiment}", "profile=paper"])
+            assert cfg.model.name == paper_cfg.model.name and cfg.model.lora == paper_cfg.model.lora
+            assert cfg.model.path.endswith(f"/tiny-{cfg.model.name}") and cfg.rollout.name == "vllm"
+            assert cfg.model.name in PAPER_CONFIGS or not app.task_uses_model(cfg)
 
 
 def test_rows_per_step_counts_every_completion_of_a_step():

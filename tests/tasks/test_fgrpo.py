@@ -586,8 +586,8 @@ def test_reproduce_script_end_to_end_with_the_tiny_model(tmp_path, data_dir, mod
     from rankrl.config import REPO_ROOT
 
     runs, report = tmp_path / "runs", tmp_path / "report"
-    env = {**os.environ, "RANKRL_LOG_DIR": str(runs), "REPORT_DIR": str(report), "SCALE_MODEL": "cpu-tiny",
-           "OVERRIDES": "model=tiny eval_limit=2 trainer.max_steps=2 task.train_queries=8 "
+    env = {**os.environ, "RANKRL_LOG_DIR": str(runs), "REPORT_DIR": str(report), "MODELS": "tiny",
+           "OVERRIDES": "eval_limit=2 trainer.max_steps=2 task.train_queries=8 "
                         "trainer.sampling.max_new_tokens=8 evaluation.sampling.max_new_tokens=8"}
     script = REPO_ROOT / "experiments" / "fgrpo" / "reproduce.sh"
     first = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=3000)
@@ -596,14 +596,15 @@ def test_reproduce_script_end_to_end_with_the_tiny_model(tmp_path, data_dir, mod
     rows = [*(f"{k}_{b}/cpu-tiny/seed0" for k in ("zeroshot", "twostep") for b in ("movielens", "lastfm", "hotpotqa", "musique")),
             "fgrpo_movielens/cpu-tiny/seed0/sft", "fgrpo_movielens/cpu-tiny/seed0/fgrpo", "grpo_movielens/cpu-tiny/seed0/grpo",
             "decoupled_movielens/cpu-tiny/seed0/sft_selector", "decoupled_movielens/cpu-tiny/seed0/sft_ranker",
-            "decoupled_movielens/cpu-tiny/seed0/eval", "sweep_lam/lam0.5", "sweep_lam/lam2", "sweep_n/n5", "sweep_n/n15"]
+            "decoupled_movielens/cpu-tiny/seed0/eval", "sweep_lam/cpu-tiny/lam0.5", "sweep_lam/cpu-tiny/lam2",
+            "sweep_n/cpu-tiny/n5", "sweep_n/cpu-tiny/n15"]
     for row in rows:
         record = json.loads((root / row / "metrics.json").read_text())
         assert {"R@3", "nDCG@5", "slate_recall", "miss_slate@5"} <= set(record["metrics"]), row
     sft = root / "fgrpo_movielens/cpu-tiny/seed0/sft"
-    for started in ("grpo_movielens/cpu-tiny/seed0/grpo", "sweep_lam/lam2", "sweep_n/n15"):
+    for started in ("grpo_movielens/cpu-tiny/seed0/grpo", "sweep_lam/cpu-tiny/lam2", "sweep_n/cpu-tiny/n15"):
         assert json.loads((root / started / "metrics.json").read_text())["roles"]["policy"]["init_from"] == str(sft.resolve())
-    assert json.loads((root / "sweep_lam/lam2/metrics.json").read_text())["experiment"] == "fgrpo/sweep_lam/lam2"
+    assert json.loads((root / "sweep_lam/cpu-tiny/lam2/metrics.json").read_text())["experiment"] == "fgrpo/sweep_lam/lam2"
     import pandas as pd
 
     table = pd.read_csv(report / "movielens.csv", dtype=str).fillna("")

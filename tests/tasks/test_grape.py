@@ -262,18 +262,7 @@ def test_a_task_without_a_retriever_says_which_to_choose() -> None:
 
 # ---- the image path: random-weight CLIP over real photographs ----------------------------------------------
 
-PHOTOS = {  # scikit-image's sample photographs, with a caption each; 5 train, 5 test
-    "astronaut": ("an astronaut in a space suit with a flag", "train"),
-    "chelsea": ("a tabby cat looking at the camera", "train"),
-    "coffee": ("a cup of coffee on a saucer", "train"),
-    "rocket": ("a rocket on its launch pad", "train"),
-    "hubble_deep_field": ("galaxies in the deep night sky", "train"),
-    "immunohistochemistry": ("stained tissue under a microscope", "test"),
-    "retina": ("a photograph of the back of an eye", "test"),
-    "camera": ("a man with a camera on a tripod", "test"),
-    "coins": ("old coins on a table", "test"),
-    "moon": ("the surface of the moon", "test"),
-}
+from rankrl.data.smoke import PHOTOS  # noqa: E402  (scikit-image photographs with captions; 5 train, 5 test)
 
 
 @pytest.fixture(scope="module")
@@ -374,7 +363,7 @@ def test_cpu_reproduction_end_to_end_on_the_tiny_model(tmp_path, data_dir, model
              "trainer.prompts_per_step=2 trainer.group_size=4 trainer.monitor_every=1 "
              "trainer.sampling.max_new_tokens=12 evaluation.sampling.max_new_tokens=12")
     out = tmp_path / "report"
-    env = {**os.environ, "RANKRL_LOG_DIR": str(tmp_path / "runs"), "MODEL": "tiny", "OVERRIDES": small,
+    env = {**os.environ, "RANKRL_LOG_DIR": str(tmp_path / "runs"), "MODELS": "tiny", "OVERRIDES": small,
            "REPORT_OUT": str(out)}
     done = subprocess.run(["bash", "experiments/grape/reproduce.sh"], cwd=REPO_ROOT, env=env,
                           capture_output=True, text=True)

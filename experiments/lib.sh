@@ -1,0 +1,63 @@
+# Shared by experiments/<paper>/reproduce.sh (sourced, after `cd` to the repository root).
+#
+# Profiles (PROFILE): cpu (default: SmolLM2-135M on this machine), paper (the paper's models: GPUs and the model
+# hub), smoke (the paper rows on the CPU with tiny random models of the paper models' architectures).
+# Every run has its fixed folder <log dir>/<experiment>/<profile>-<model>/seed0/; a finished run (metrics.json
+# present) is skipped, and a killed training run resumes from its last checkpoint.
+# Environment: FORCE=1 reruns everything; DRY_RUN=1 prints each row's command instead of running it (`make -n`
+# sets it); OVERRIDES="k=v ..." adds Hydra overrides to every run (rows with eval_limit read "first N queries" in
+# the tables); NPROC=N trains on N GPUs through torchrun; RANKRL_LOG_DIR moves the run folders.
+set -euo pipefail
+# Same seed, same numbers on any machine: floating-point sums depend on the thread count, so torch and vLLM's
+# CPU engine run on RANKRL_THREADS threads (default 2, the build machines' cores) whatever the machine has.
+export OMP_NUM_THREADS=${RANKRL_THREADS:-2} MKL_NUM_THREADS=${RANKRL_THREADS:-2}
+PY=${PY:-.venv/bin/python}
+LOG_DIR=${RANKRL_LOG_DIR:-outputs}
+DATA=${RANKRL_DATA_DIR:-data}
+PROFILE=${PROFILE:-cpu}
+read -r -a EXTRA <<< "${OVERRIDES:-}"
+SECONDS=0
+case $PROFILE in
+  cpu|paper|smoke) ;;
+  *) echo "PROFILE=$PROFILE: choose cpu, paper or smoke" >&2; exit 2 ;;
+esac
+
+launcher() {  # the command that starts entry point $1: torchrun over NPROC processes for training
+  if [[ $1 == train && -n "${NPROC:-}" && $NPROC -gt 1 ]]; then
+    echo "$PY -m torch.distributed.run --nproc_per_node=$NPROC -m rankrl.$1"
+  else
+    echo "$PY -m rankrl.$1"
+  fi
+}
+
+run() {  # run <entry point> <experiment> <model> [overrides...]; RUN_DIR=<folder> for one value of a sweep
+  local entry=$1 exp=$2 model=$3; shift 3
+  local dir=${RUN_DIR:-"$LOG_DIR/$exp/$PROFILE-$model/seed0"}
+  local cmd; read -r -a cmd <<< "$(launcher "$entry")"
+  cmd+=("experiment=$exp" "profile=$PROFILE" "model=$model" "$@" "${EXTRA[@]}")
+  # quoted: a sweep folder's name holds '=' (benchmark=cirr), which Hydra's override grammar would split on
+  [[ -n "${RUN_DIR:-}" ]] && cmd+=("hydra.run.dir='$RUN_DIR'")
+  if [[ -n "${DRY_RUN:-}" ]]; then echo "${cmd[*]}"; return; fi
+  if [[ -f "$dir/metrics.json" && -z "${FORCE:-}" ]]; then
+    echo "== $exp ($model): done ($dir/metrics.json)"; return
+  fi
+  echo "== [$((SECONDS / 60)) min] $exp ($entry, $model) -> $dir"
+  "${cmd[@]}"
+}
+
+pipeline() {  # pipeline <experiment> <model> [overrides...]: its stages, each skipped when finished
+  local exp=$1 model=$2; shift 2
+  local cmd=("$PY" -m rankrl.pipeline "experiment=$exp" "profile=$PROFILE" "model=$model" "$@" "${EXTRA[@]}")
+  if [[ -n "${DRY_RUN:-}" ]]; then echo "${cmd[*]}"; return; fi
+  echo "== [$((SECONDS / 60)) min] $exp (pipeline, $model)"
+  [[ -n "${FORCE:-}" ]] && rm -rf "$LOG_DIR/$exp/$PROFILE-$model/seed0"
+  "${cmd[@]}"
+}
+
+report() {  # report <paper> [report overrides...]: the tables; smoke tables go beside the smoke runs
+  local paper=$1; shift
+  local cmd=("$PY" -m rankrl.report "paper=$paper" "$@")
+  [[ $PROFILE == smoke ]] && cmd+=("runs_dir=$LOG_DIR" "out_dir=$LOG_DIR/tables/$paper")
+  if [[ -n "${DRY_RUN:-}" ]]; then echo "${cmd[*]}"; return; fi
+  "${cmd[@]}"
+}

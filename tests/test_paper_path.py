@@ -1,0 +1,157 @@
+"""The paper profile's path on the CPU: tiny random models of the paper models' architectures (real config
+fields, the local tokenizer), the written Qwen templates, vLLM's CPU engine with LoRA merged, and a two-rank
+FSDP stage under torchrun. ``make smoke-paper`` runs the papers' scripts on the same models."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from rankrl.config import REPO_ROOT
+from rankrl.models import PAPER_CONFIGS, TINY_PAPER_SHAPE, apply_lora, load_policy, paper_parameters, tiny_paper_path
+from rankrl.rollout.base import SamplingParams
+from rankrl.rl.steps import sft_token_ids
+from rankrl.rl.task import SFTExample
+
+T1 = SamplingParams(max_new_tokens=12, temperature=1.0)
+MESSAGES = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "Name a colour."}]
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(model_dir: Path) -> Path:
+    return model_dir  # tiny-<paper model> folders are built there on first use
+
+
+# published parameter counts (the models' cards): the recorded fields are the real architectures
+@pytest.mark.parametrize("name,billions", [("qwen2.5-3b", 3.09), ("qwen2.5-7b", 7.62), ("qwen2.5-14b", 14.77),
+                                           ("qwen3-1.7b", 1.72), ("qwen3-4b", 4.02)])
+def test_recorded_architectures_have_the_published_sizes(name: str, billions: float):
+    assert paper_parameters(name) / 1e9 == pytest.approx(billions, abs=0.01)
+
+
+@pytest.mark.parametrize("name", ["qwen2.5-3b", "qwen2.5-7b", "qwen3-4b"])
+def test_tiny_paper_model_keeps_the_architecture_and_matches_the_tokenizer(tiny_dir: Path, name: str):
+    model, tok = load_policy(tiny_paper_path(name, tiny_dir))
+    real = PAPER_CONFIGS[name]
+    assert model.config.model_type == real["model_type"]
+    assert model.config.vocab_size == len(tok)  # the local tokenizer, vocabulary size set to match
+    for key in ("rms_norm_eps", "tie_word_embeddings", "max_position_embeddings", "hidden_act"):
+        assert getattr(model.config, key) == real[key], key
+    assert model.config.rope_parameters["rope_theta"] == real["rope_theta"]
+    for key, value in TINY_PAPER_SHAPE.items():
+        assert getattr(model.config, key) == value, key
+    if real["model_type"] == "qwen2":  # Qwen2's q/k/v projections carry biases, Qwen3 normalises q and k
+        assert model.model.layers[0].self_attn.q_proj.bias is not None
+    else:
+        assert hasattr(model.model.layers[0].self_attn, "q_norm")
+
+
+def test_qwen3_template_honours_enable_thinking_everywhere_it_renders(tiny_dir: Path):
+    """The model config's chat_template_kwargs reach generation prompts and SFT pairs alike, and an SFT
+    pair's prompt is exactly the generation prompt (so SFT masks it)."""
+    path = tiny_paper_path("qwen3-4b", tiny_dir)
+    _, thinking = load_policy(path)
+    _, direct = load_policy(path, chat_template_kwargs={"enable_thinking": False})
+    opened = direct.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=True)
+    assert opened.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert thinking.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=True).endswith(
+        "<|im_start|>assistant\n")
+    prompt, completion = sft_token_ids(direct, SFTExample("u", MESSAGES, "Blue."))
+    assert direct.decode(prompt) == opened and direct.decode(completion) == "Blue.<|im_end|>"
+
+
+@pytest.mark.parametrize("name", ["qwen2.5-3b", "qwen2.5-7b", "qwen3-4b"])
+def test_vllm_serves_the_lora_policy_merged(tiny_dir: Path, name: str):
+    """LoRA r=16 on every linear layer (the paper profile's), pushed merged into vLLM's CPU engine: the
+    engine samples the adapted policy, for tied (3B, 4B) and untied (7B) heads."""
+    import rankrl.rollout.vllm as rv
+    from tests.rollout.test_vllm import max_gap
+
+    base, tok = load_policy(tiny_paper_path(name, tiny_dir))
+    policy = apply_lora(copy.deepcopy(base), {"r": 16, "alpha": 32, "target_modules": "all-linear"})
+    with torch.no_grad():
+        for param_name, param in policy.named_parameters():
+            if "lora_B" in param_name:
+                param.normal_(0, 0.02)
+    engine = rv.VLLMEngine(policy, tok, kv_cache_gib=0.25)
+    torch.manual_seed(0)
+    out = engine.generate([MESSAGES, [{"role": "user", "content": "Count to three."}]], n=2, sampling=T1)
+    assert max_gap(policy, out, tok.pad_token_id, T1) <= 1e-3
+    assert max_gap(base, out, tok.pad_token_id, T1) > 0.01
+
+
+def _torchrun(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "rankrl.train", *args]
+    return subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+
+
+def _log(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
+
+
+def test_two_ranks_run_paper_profile_stages_sharded_by_fsdp(tmp_path: Path, tiny_dir: Path):
+    """torchrun, 2 CPU ranks (gloo): F-GRPO's paper settings (full fine-tuning, trainer.strategy=fsdp) on a
+    tiny Qwen3-4B-shaped model. An SFT stage moves the sharded weights; a GRPO stage from it samples exactly
+    the trainer's weights on both ranks' vLLM engines and saves a sharded checkpoint."""
+    env = {**os.environ, "RANKRL_LOG_DIR": str(tmp_path), "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
+    common = ["experiment=fgrpo/fgrpo_movielens", "profile=smoke", "model=qwen3-4b", "logger=none", "eval_limit=1"]
+    sft, grpo = tmp_path / "sft", tmp_path / "grpo"
+    done = _torchrun([*common, "trainer=sft", "trainer.max_steps=2", "trainer.examples_per_step=4",
+                      "trainer.lr=1e-3", f"hydra.run.dir={sft}"], env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads((sft / "metrics.json").read_text())
+    assert "strategy: fsdp" in (sft / "config.yaml").read_text()
+    policy = record["roles"]["policy"]
+    assert policy["weights_start"] != policy["weights_end"]  # the gathered weights moved
+    assert all(r["grad_norm"] > 0 and r["loss"] > 0 for r in _log(sft))
+    done = _torchrun([*common, "trainer.max_steps=1", f"init_from={sft}", f"hydra.run.dir={grpo}"], env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((grpo / "metrics.json").read_text())["roles"]["policy"]["init_from"] == str(sft.resolve())
+    assert all(r["sampler_logprob_gap_max"] < 1e-3 for r in _log(grpo))
+    assert "strategy: fsdp" in (grpo / "config.yaml").read_text()
+    assert any((grpo / "checkpoints").glob("step_*/sharded"))
+
+
+def test_paper_size_prompts_sample_with_seeds_on_the_cpu(tiny_dir: Path):
+    """Two seeded requests of ~9k tokens (a Rank-R1 paper prompt: 20 passages of up to 512 tokens). vLLM's CPU
+    default chunks prompts over 4,096-token steps and then fails on seeded requests ("CPU Generator does not
+    use offset"); the engine schedules whole prompts instead."""
+    import rankrl.rollout.vllm as rv
+
+    policy, tok = load_policy(tiny_paper_path("qwen2.5-3b", tiny_dir))
+    engine = rv.VLLMEngine(policy, tok, kv_cache_gib=0.25, max_model_len=None)
+    long = " ".join(["passage"] * 9000)
+    torch.manual_seed(0)
+    out = engine.generate([[{"role": "user", "content": long}], [{"role": "user", "content": long + " again"}]],
+                          n=2, sampling=SamplingParams(max_new_tokens=4, temperature=1.0))
+    assert [len(c) for c in out.completion_ids] == [4] * 4 and min(map(len, out.prompt_ids)) > 9000
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without a GPU")
+def test_paper_profile_without_a_gpu_stops_before_anything_loads():
+    from rankrl import app
+    from rankrl.errors import EnvironmentProblem
+    from tests.conftest import compose
+
+    with pytest.raises(EnvironmentProblem, match="no.*GPU|none.*smoke-<paper>|profile=smoke"):
+        app.check_machine(compose("train", ["experiment=rankr1/rankr1_grpo_dl19", "profile=paper"]))
+    app.check_machine(compose("evaluate", ["experiment=rankr1/bm25_dl19", "profile=paper"]))  # no model: runs
+    app.check_machine(compose("train", ["experiment=rankr1/rankr1_grpo_dl19", "profile=smoke"]))
+
+
+def test_make_lists_every_paper_row_without_running_one():
+    """`make -n reproduce-<paper> PROFILE=paper` prints the rows the tables read (the script runs in DRY_RUN)."""
+    out = subprocess.run(["make", "-n", "reproduce-rankr1", "PROFILE=paper"], cwd=REPO_ROOT, capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "MAKEFLAGS": ""}).stdout
+    rows = [line for line in out.splitlines() if "-m rankrl." in line]
+    for model in ("qwen2.5-3b", "qwen2.5-7b", "qwen2.5-14b"):
+        for exp in ("setwise_dl19", "setwise_dl20", "rankr1_grpo_dl19", "rankr1_grpo_dl20"):
+            assert any(f"experiment=rankr1/{exp} profile=paper model={model}" in r for r in rows), (exp, model)
+    assert sum("experiment=rankr1/rankr1_grpo_bright" in r for r in rows) == 3 * 12  # every BRIGHT task
