@@ -35,7 +35,7 @@ one() {  # one <entry> <experiment> <model> <retriever> <benchmark> [overrides..
 
 rewrite_words() {  # the mean rewrite length of GRAPE's rank-reward run: the compression control asks for as many
   local file="$LOG_DIR/grape/grape_rank/$2/$PROFILE-$1/sweep/benchmark=$3/metrics.json"
-  if [[ -n "${DRY_RUN:-}" ]]; then echo "<GRAPE's mean rewrite_words>"; return; fi
+  if [[ -n "${DRY_RUN:-}" ]]; then echo "<mean rewrite_words of grape_rank>"; return; fi
   "$PY" -c "import json,sys; print(max(1, round(json.load(open(sys.argv[1]))['metrics']['rewrite_words'])))" "$file"
 }
 

@@ -1,0 +1,42 @@
+"""The GPU plan's estimate: the module's formula on numbers worked out by hand, and how it reads the rows."""
+
+from __future__ import annotations
+
+import pytest
+
+from rankrl.report.gpu_plan import GPUS, MFU, Stage, _overrides, estimate
+
+
+def _stage(**kw) -> Stage:
+    base = dict(row="x", model="m", params=10**9, lora=False, steps=10, prompts=2, group=4, completion=100,
+                prompt_len=50.0, beta=0.0, fsdp=True, vllm_share=0.35)
+    return Stage(**{**base, **kw})
+
+
+def test_full_fine_tuning_step_by_hand():
+    peak, bandwidth, memory = GPUS["h100-80gb"]
+    tokens = 2 * 50 + 2 * 4 * 100  # each prompt once per group, plus every completion
+    flops = 6e9 * tokens + 2e9 * 2 * (50 + 4 * 100)  # update + generation
+    step_s = flops / (2 * peak * MFU) + 100 * 2e9 / bandwidth  # + 100 decode steps reading the weights
+    est = estimate(_stage(), gpus=2, gpu="h100-80gb")
+    assert est["hours"] == pytest.approx(10 * step_s / 3600)
+    assert est["gpu_hours"] == pytest.approx(2 * est["hours"])
+    # weights, gradients and AdamW's moments (8 bytes per parameter) sharded over 2 GPUs, plus vLLM's share
+    assert est["memory_gib"] == pytest.approx((8e9 / 2 + 0.35 * memory) / 2**30)
+
+
+def test_lora_keeps_the_weights_whole_and_skips_weight_gradients():
+    full, lora = estimate(_stage(), 2, "h100-80gb"), estimate(_stage(lora=True, fsdp=False), 2, "h100-80gb")
+    assert lora["hours"] < full["hours"]  # k = 4 instead of 6
+    assert lora["memory_gib"] == pytest.approx((2e9 + 0.35 * GPUS["h100-80gb"][2]) / 2**30)
+
+
+def test_a_kl_reference_costs_a_forward_per_update_token():
+    assert estimate(_stage(beta=0.04), 1, "a100-80gb")["hours"] > estimate(_stage(), 1, "a100-80gb")["hours"]
+
+
+def test_multirun_values_count_as_runs_and_folders_are_not_overrides():
+    cmd = [".venv/bin/python", "-m", "rankrl.train", "-m", "experiment=fgrpo/fgrpo_movielens", "profile=paper",
+           "task.lam=0.5,2", "init_from=outputs/x", "hydra.sweep.dir=outputs/y", "experiment_name=fgrpo/sweep"]
+    overrides, runs = _overrides(cmd)
+    assert runs == 2 and overrides == ["experiment=fgrpo/fgrpo_movielens", "profile=paper", "task.lam=0.5"]
