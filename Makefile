@@ -109,7 +109,7 @@ pipeline-check: setup ## the engine's own pipelines on the tiny model: SFT -> GR
 	$(PY) -m rankrl.pipeline experiment=core/vowels_pipeline model=tiny
 	$(PY) -m rankrl.pipeline experiment=core/vowel_relay_rounds model=tiny
 
-reproduce-cogr: setup ## CoGR: every row of PROFILE (cpu: 42 min measured; ABLATIONS=1 adds the ablations), tables, figures
+reproduce-cogr: setup ## CoGR: every row of PROFILE (cpu: 33 min measured; ABLATIONS=1 adds the ablations), tables, figures
 	$(call REPRODUCE,cogr)
 
 reproduce-fgrpo: setup ## F-GRPO: every row of PROFILE (cpu: 82 min measured from a fresh clone), then its tables and figures

@@ -15,10 +15,17 @@ import pytest
 import torch
 
 from rankrl.config import REPO_ROOT
-from rankrl.models import PAPER_CONFIGS, TINY_PAPER_SHAPE, apply_lora, load_policy, paper_parameters, tiny_paper_path
-from rankrl.rollout.base import SamplingParams
+from rankrl.models import (
+    PAPER_CONFIGS,
+    TINY_PAPER_SHAPE,
+    apply_lora,
+    load_policy,
+    paper_parameters,
+    tiny_paper_path,
+)
 from rankrl.rl.steps import sft_token_ids
 from rankrl.rl.task import SFTExample
+from rankrl.rollout.base import SamplingParams
 
 T1 = SamplingParams(max_new_tokens=12, temperature=1.0)
 MESSAGES = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "Name a colour."}]

@@ -37,7 +37,6 @@ import shlex
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rankrl.config import REPO_ROOT
 

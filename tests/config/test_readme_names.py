@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from rankrl.config import REPO_ROOT
-
 from tests.conftest import compose, experiment_names
 
 READMES = sorted([REPO_ROOT / "README.md", *REPO_ROOT.glob("experiments/*/README.md")])
