@@ -157,7 +157,12 @@ def tiny_path(cache_dir: str | Path | None = None) -> Path:
     if _is_prepared(target):
         return target
     config, tokenizer = _smollm2_config_and_tokenizer(cache_dir)
-    model = build_tiny(config)
+    return _save_local_model(target, build_tiny(config), tokenizer)
+
+
+def _save_local_model(target: Path, model: torch.nn.Module, tokenizer: Any) -> Path:
+    """Save a built local model and its tokenizer as the folder ``target`` (atomically), generation ending at
+    the tokenizer's eos."""
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     with _atomic_dir(target) as tmp:
         model.save_pretrained(tmp)
@@ -188,10 +193,9 @@ PAPER_CONFIGS: dict[str, dict[str, Any]] = {
     "qwen3-4b": dict(_QWEN3, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
                      num_attention_heads=32, num_key_value_heads=8, vocab_size=151936,
                      max_position_embeddings=40960, rope_theta=1e6, tie_word_embeddings=True),
-    "qwen3-4b-instruct": dict(_QWEN3, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
-                              num_attention_heads=32, num_key_value_heads=8, vocab_size=151936,
-                              max_position_embeddings=262144, rope_theta=5e6, tie_word_embeddings=True),
 }
+# the 2507 instruct release: Qwen3-4B's shape with a longer context and a larger rope base
+PAPER_CONFIGS["qwen3-4b-instruct"] = dict(PAPER_CONFIGS["qwen3-4b"], max_position_embeddings=262144, rope_theta=5e6)
 # The smoke shape: a few layers, real head size (128, which vLLM's CPU attention runs), grouped-query
 # attention kept; every other field (rope, norms, biases, q/k-norm, tied head) is the paper model's.
 TINY_PAPER_SHAPE = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=2,
@@ -262,12 +266,7 @@ def tiny_paper_path(name: str, cache_dir: str | Path | None = None) -> Path:
     shutil.rmtree(target, ignore_errors=True)  # absent, or built with an earlier template
     _, tokenizer = _smollm2_config_and_tokenizer(cache_dir)
     tokenizer.chat_template = template
-    model = build_tiny_paper(name, tokenizer)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    with _atomic_dir(target) as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-    return target
+    return _save_local_model(target, build_tiny_paper(name, tokenizer), tokenizer)
 
 
 LOCAL_MODELS: dict[str, Callable[[str | Path | None], Path]] = {

@@ -31,11 +31,6 @@ T1 = SamplingParams(max_new_tokens=12, temperature=1.0)
 MESSAGES = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "Name a colour."}]
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(model_dir: Path) -> Path:
-    return model_dir  # tiny-<paper model> folders are built there on first use
-
-
 # published parameter counts (the models' cards): the recorded fields are the real architectures
 @pytest.mark.parametrize("name,billions", [("qwen2.5-3b", 3.09), ("qwen2.5-7b", 7.62), ("qwen2.5-14b", 14.77),
                                            ("qwen3-1.7b", 1.72), ("qwen3-4b", 4.02)])
@@ -44,8 +39,8 @@ def test_recorded_architectures_have_the_published_sizes(name: str, billions: fl
 
 
 @pytest.mark.parametrize("name", ["qwen2.5-3b", "qwen2.5-7b", "qwen3-4b"])
-def test_tiny_paper_model_keeps_the_architecture_and_matches_the_tokenizer(tiny_dir: Path, name: str):
-    model, tok = load_policy(tiny_paper_path(name, tiny_dir))
+def test_tiny_paper_model_keeps_the_architecture_and_matches_the_tokenizer(model_dir: Path, name: str):
+    model, tok = load_policy(tiny_paper_path(name, model_dir))
     real = PAPER_CONFIGS[name]
     assert model.config.model_type == real["model_type"]
     assert model.config.vocab_size == len(tok)  # the local tokenizer, vocabulary size set to match
@@ -60,10 +55,10 @@ def test_tiny_paper_model_keeps_the_architecture_and_matches_the_tokenizer(tiny_
         assert hasattr(model.model.layers[0].self_attn, "q_norm")
 
 
-def test_qwen3_template_honours_enable_thinking_everywhere_it_renders(tiny_dir: Path):
+def test_qwen3_template_honours_enable_thinking_everywhere_it_renders(model_dir: Path):
     """The model config's chat_template_kwargs reach generation prompts and SFT pairs alike, and an SFT
     pair's prompt is exactly the generation prompt (so SFT masks it)."""
-    path = tiny_paper_path("qwen3-4b", tiny_dir)
+    path = tiny_paper_path("qwen3-4b", model_dir)
     _, thinking = load_policy(path)
     _, direct = load_policy(path, chat_template_kwargs={"enable_thinking": False})
     opened = direct.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=True)
@@ -75,13 +70,13 @@ def test_qwen3_template_honours_enable_thinking_everywhere_it_renders(tiny_dir: 
 
 
 @pytest.mark.parametrize("name", ["qwen2.5-3b", "qwen2.5-7b", "qwen3-4b"])
-def test_vllm_serves_the_lora_policy_merged(tiny_dir: Path, name: str):
+def test_vllm_serves_the_lora_policy_merged(model_dir: Path, name: str):
     """LoRA r=16 on every linear layer (the paper profile's), pushed merged into vLLM's CPU engine: the
     engine samples the adapted policy, for tied (3B, 4B) and untied (7B) heads."""
     import rankrl.rollout.vllm as rv
     from tests.rollout.test_vllm import max_gap
 
-    base, tok = load_policy(tiny_paper_path(name, tiny_dir))
+    base, tok = load_policy(tiny_paper_path(name, model_dir))
     policy = apply_lora(copy.deepcopy(base), {"r": 16, "alpha": 32, "target_modules": "all-linear"})
     with torch.no_grad():
         for param_name, param in policy.named_parameters():
@@ -103,7 +98,7 @@ def _log(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
 
 
-def test_two_ranks_run_paper_profile_stages_sharded_by_fsdp(tmp_path: Path, tiny_dir: Path):
+def test_two_ranks_run_paper_profile_stages_sharded_by_fsdp(tmp_path: Path, model_dir: Path):
     """torchrun, 2 CPU ranks (gloo): F-GRPO's paper settings (full fine-tuning, trainer.strategy=fsdp) on a
     tiny Qwen3-4B-shaped model. An SFT stage moves the sharded weights; a GRPO stage from it samples exactly
     the trainer's weights on both ranks' vLLM engines and saves a sharded checkpoint."""
@@ -126,13 +121,13 @@ def test_two_ranks_run_paper_profile_stages_sharded_by_fsdp(tmp_path: Path, tiny
     assert any((grpo / "checkpoints").glob("step_*/sharded"))
 
 
-def test_paper_size_prompts_sample_with_seeds_on_the_cpu(tiny_dir: Path):
+def test_paper_size_prompts_sample_with_seeds_on_the_cpu(model_dir: Path):
     """Two seeded requests of ~9k tokens (a Rank-R1 paper prompt: 20 passages of up to 512 tokens). vLLM's CPU
     default chunks prompts over 4,096-token steps and then fails on seeded requests ("CPU Generator does not
     use offset"); the engine schedules whole prompts instead."""
     import rankrl.rollout.vllm as rv
 
-    policy, tok = load_policy(tiny_paper_path("qwen2.5-3b", tiny_dir))
+    policy, tok = load_policy(tiny_paper_path("qwen2.5-3b", model_dir))
     engine = rv.VLLMEngine(policy, tok, kv_cache_gib=0.25, max_model_len=None)
     long = " ".join(["passage"] * 9000)
     torch.manual_seed(0)

@@ -19,12 +19,15 @@ cpu_rows() {  # cpu_rows <model>
   # format warm start -> GRPO (rank reward); then the similarity-reward pipeline, whose compression control
   # asks for about as many words as the rank-reward rewrites have (read from that run's metrics)
   pipeline grape/cpu_grape_rank "$m"
-  local words=45
-  if [[ -z "${DRY_RUN:-}" ]]; then
-    words=$("$PY" -c "import json,sys; print(max(1, round(json.load(open(sys.argv[1]))['metrics']['rewrite_words'])))" \
-            "$LOG_DIR/grape/cpu_grape_rank/$PROFILE-$m/seed0/grape/metrics.json")
-  fi
+  local words  # assigned on its own line, so that a failed read stops the script (set -e)
+  words=$(rewrite_words "$LOG_DIR/grape/cpu_grape_rank/$PROFILE-$m/seed0/grape/metrics.json")
   pipeline grape/cpu_grape_sim "$m" "task.compress_words=$words"
+}
+
+rewrite_words() {  # rewrite_words <metrics.json of a GRAPE rank-reward run>: its mean rewrite length, which the
+  # compression control asks for
+  if [[ -n "${DRY_RUN:-}" ]]; then echo "<mean rewrite_words of grape_rank>"; return; fi
+  "$PY" -c "import json,sys; print(max(1, round(json.load(open(sys.argv[1]))['metrics']['rewrite_words'])))" "$1"
 }
 
 PAPER_BENCHMARKS="flickr30k-cn cvlue xm3600 wiki-image cirr"
@@ -33,20 +36,15 @@ one() {  # one <entry> <experiment> <model> <retriever> <benchmark> [overrides..
   RUN_DIR="$LOG_DIR/$exp/$r/$PROFILE-$m/sweep/benchmark=$b" run "$entry" "$exp" "$m" "retriever=$r" "benchmark=$b" "$@"
 }
 
-rewrite_words() {  # the mean rewrite length of GRAPE's rank-reward run: the compression control asks for as many
-  local file="$LOG_DIR/grape/grape_rank/$2/$PROFILE-$1/sweep/benchmark=$3/metrics.json"
-  if [[ -n "${DRY_RUN:-}" ]]; then echo "<mean rewrite_words of grape_rank>"; return; fi
-  "$PY" -c "import json,sys; print(max(1, round(json.load(open(sys.argv[1]))['metrics']['rewrite_words'])))" "$file"
-}
-
 paper_rows() {  # paper_rows <model>: the main table (ViT-B/16), then the retriever sizes, one benchmark at a time
-  local m=$1 r b
+  local m=$1 r b words
   for b in $BENCHMARKS; do
     one evaluate grape/raw_query "$m" clip-vit-b16 "$b"
     one evaluate grape/zeroshot_rewrite "$m" clip-vit-b16 "$b"
     one train grape/grape_rank "$m" clip-vit-b16 "$b" trainer.resume=true
     one train grape/grape_sim "$m" clip-vit-b16 "$b" trainer.resume=true
-    one evaluate grape/compress_rewrite "$m" clip-vit-b16 "$b" "task.compress_words=$(rewrite_words "$m" clip-vit-b16 "$b")"
+    words=$(rewrite_words "$LOG_DIR/grape/grape_rank/clip-vit-b16/$PROFILE-$m/sweep/benchmark=$b/metrics.json")
+    one evaluate grape/compress_rewrite "$m" clip-vit-b16 "$b" "task.compress_words=$words"
     for r in $SIZES; do
       one evaluate grape/raw_query "$m" "$r" "$b"
       one evaluate grape/zeroshot_rewrite "$m" "$r" "$b"
