@@ -43,7 +43,7 @@ SMOKE = rm -rf $(SMOKE_LOG_DIR)/$(1) && RANKRL_LOG_DIR=$(SMOKE_LOG_DIR) PROFILE=
 INSTALLED := $(VENV)/.rankrl-installed
 MODELS := $(CACHE_DIR)/models/smollm2-135m/config.json $(CACHE_DIR)/models/tiny/config.json
 
-.PHONY: help setup install models data java test test-full dry-run bench reproduce reproduce-rankr1 reproduce-grape pipeline-check reproduce-cogr reproduce-fgrpo smoke-paper smoke-rankr1 smoke-fgrpo smoke-cogr smoke-grape tables clean
+.PHONY: help setup install models data java lint test test-full dry-run bench reproduce reproduce-rankr1 reproduce-grape pipeline-check reproduce-cogr reproduce-fgrpo smoke-paper smoke-rankr1 smoke-fgrpo smoke-cogr smoke-grape tables clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -78,6 +78,10 @@ $(MODELS) &:
 
 data: $(INSTALLED) ## prepare every benchmark under $(DATA_DIR): copy ../shared/data, else download
 	$(PY) -m rankrl.data.prepare --data-dir $(RANKRL_DATA_DIR) $(if $(wildcard $(SHARED_DATA)),--shared-dir $(SHARED_DATA),)
+
+lint: install ## ruff check and ruff format --check over the repository (rules: pyproject.toml [tool.ruff])
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 test: setup ## the test suite without slow tests (~9 min on 2 idle cores)
 	$(PY) -m pytest -m "not slow" -q $(PYTEST_ARGS)

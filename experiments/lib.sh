@@ -2,8 +2,11 @@
 #
 # Profiles (PROFILE): cpu (default: SmolLM2-135M on this machine), paper (the paper's models: GPUs and the model
 # hub), smoke (the paper rows on the CPU with tiny random models of the paper models' architectures).
-# Every run has its fixed folder <log dir>/<experiment>/<profile>-<model>/seed0/; a finished run (metrics.json
-# present) is skipped, and a killed training run resumes from its last checkpoint.
+# Every run has its fixed folder <log dir>/<experiment>/<profile>-<model>/seed<SEED>/; a finished run
+# (metrics.json present) is skipped, and a killed training run resumes from its last checkpoint.
+# Seeds: SEEDS=N runs each training row (and what evaluates its weights) for seeds 0..N-1 (`for SEED in
+# $(seeds)` in the scripts); evaluation-only rows are greedy and run once, as seed 0. The tables show the
+# mean +- std over the seeds found, and comparisons.md the paired tests (rankrl/report/significance.py).
 # Environment: FORCE=1 reruns everything; DRY_RUN=1 prints each row's command instead of running it (`make -n`
 # sets it); OVERRIDES="k=v ..." adds Hydra overrides to every run (rows with eval_limit read "first N queries" in
 # the tables); NPROC=N trains on N GPUs through torchrun; RANKRL_LOG_DIR moves the run folders.
@@ -15,12 +18,15 @@ PY=${PY:-.venv/bin/python}
 LOG_DIR=${RANKRL_LOG_DIR:-outputs}
 DATA=${RANKRL_DATA_DIR:-data}
 PROFILE=${PROFILE:-cpu}
+SEEDS=${SEEDS:-1} SEED=0
 read -r -a EXTRA <<< "${OVERRIDES:-}"
 SECONDS=0
 case $PROFILE in
   cpu|paper|smoke) ;;
   *) echo "PROFILE=$PROFILE: choose cpu, paper or smoke" >&2; exit 2 ;;
 esac
+
+seeds() { seq 0 $((SEEDS - 1)); }  # the seeds of the training rows
 
 launcher() {  # the command that starts entry point $1: torchrun over NPROC processes for training
   if [[ $1 == train && -n "${NPROC:-}" && $NPROC -gt 1 ]]; then
@@ -32,9 +38,9 @@ launcher() {  # the command that starts entry point $1: torchrun over NPROC proc
 
 run() {  # run <entry point> <experiment> <model> [overrides...]; RUN_DIR=<folder> for one value of a sweep
   local entry=$1 exp=$2 model=$3; shift 3
-  local dir=${RUN_DIR:-"$LOG_DIR/$exp/$PROFILE-$model/seed0"}
+  local dir=${RUN_DIR:-"$LOG_DIR/$exp/$PROFILE-$model/seed$SEED"}
   local cmd; read -r -a cmd <<< "$(launcher "$entry")"
-  cmd+=("experiment=$exp" "profile=$PROFILE" "model=$model" "$@" "${EXTRA[@]}")
+  cmd+=("experiment=$exp" "profile=$PROFILE" "model=$model" "seed=$SEED" "$@" "${EXTRA[@]}")
   # quoted: a sweep folder's name holds '=' (benchmark=cirr), which Hydra's override grammar would split on
   [[ -n "${RUN_DIR:-}" ]] && cmd+=("hydra.run.dir='$RUN_DIR'")
   if [[ -n "${DRY_RUN:-}" ]]; then echo "${cmd[*]}"; return; fi
@@ -47,10 +53,11 @@ run() {  # run <entry point> <experiment> <model> [overrides...]; RUN_DIR=<folde
 
 pipeline() {  # pipeline <experiment> <model> [overrides...]: its stages, each skipped when finished
   local exp=$1 model=$2; shift 2
-  local cmd=("$PY" -m rankrl.pipeline "experiment=$exp" "profile=$PROFILE" "model=$model" "$@" "${EXTRA[@]}")
+  local cmd=("$PY" -m rankrl.pipeline "experiment=$exp" "profile=$PROFILE" "model=$model" "seed=$SEED" "$@"
+             "${EXTRA[@]}")
   if [[ -n "${DRY_RUN:-}" ]]; then echo "${cmd[*]}"; return; fi
-  echo "== [$((SECONDS / 60)) min] $exp (pipeline, $model)"
-  [[ -n "${FORCE:-}" ]] && rm -rf "$LOG_DIR/$exp/$PROFILE-$model/seed0"
+  echo "== [$((SECONDS / 60)) min] $exp (pipeline, $model, seed $SEED)"
+  [[ -n "${FORCE:-}" ]] && rm -rf "$LOG_DIR/$exp/$PROFILE-$model/seed$SEED"
   "${cmd[@]}"
 }
 

@@ -6,16 +6,18 @@ it is empty the run has the single role ``policy`` built from ``cfg.model`` and 
 role gets its own model object and its own engine, so no update ever reaches another role's weights.
 
 ``init_from`` names the run whose final weights start a role: a run folder, or an experiment name
-(``outputs/<experiment>/<scale>-<model>/seed<seed>``, the folder that experiment writes). A run that has not finished stops with the command that makes it.
+(``outputs/<experiment>/<scale>-<model>/seed<seed>``, the folder that experiment writes). A run that has not
+finished stops with the command that makes it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 from hydra.utils import get_class, instantiate
@@ -44,7 +46,8 @@ def check_machine(cfg: DictConfig) -> None:
     if cfg.get("scale") == "paper" and task_uses_model(cfg) and not torch.cuda.is_available():
         raise EnvironmentProblem(
             "profile=paper trains and serves the paper's models on CUDA GPUs, and this machine has none; "
-            "`make smoke-<paper>` (profile=smoke) runs the same path on the CPU with tiny random models")
+            "`make smoke-<paper>` (profile=smoke) runs the same path on the CPU with tiny random models"
+        )
 
 
 def build_task(cfg: DictConfig) -> EvalTask:
@@ -57,7 +60,9 @@ def build_task(cfg: DictConfig) -> EvalTask:
 
 def trainable(task: EvalTask, cfg: DictConfig) -> TrainTask:
     if not isinstance(task, TrainTask):
-        raise ConfigError(f"task {cfg.task.name!r} is evaluation-only: run `python -m rankrl.evaluate` with it")
+        raise ConfigError(
+            f"task {cfg.task.name!r} is evaluation-only: run `python -m rankrl.evaluate` with it"
+        )
     return task
 
 
@@ -98,8 +103,10 @@ def build_roles(cfg: DictConfig, ckpt_path: str | None = None) -> dict[str, Role
     """
     specs = role_specs(cfg)
     if ckpt_path and len(specs) > 1:
-        raise ConfigError(f"ckpt_path names one checkpoint but the run has roles {sorted(specs)}: set "
-                          "roles.<role>.init_from instead")
+        raise ConfigError(
+            f"ckpt_path names one checkpoint but the run has roles {sorted(specs)}: set "
+            "roles.<role>.init_from instead"
+        )
     out = {}
     for name, (model_cfg, init_from) in specs.items():
         start = Path(ckpt_path) if ckpt_path else resolve_init_from(init_from, cfg) if init_from else None
@@ -116,34 +123,48 @@ def check_train_role(cfg: DictConfig, task: EvalTask) -> str:
     if role not in declared:
         raise ConfigError(f"train_role={role!r}; the run's roles are {', '.join(sorted(declared))}")
     if set(task.roles) != declared:
-        raise ConfigError(f"task {task.name!r} has roles {list(task.roles)} but the config declares "
-                          f"{sorted(declared)} (set `roles:` in the experiment)")
+        raise ConfigError(
+            f"task {task.name!r} has roles {list(task.roles)} but the config declares "
+            f"{sorted(declared)} (set `roles:` in the experiment)"
+        )
     return role
 
 
 def resolve_init_from(value: str | Path, cfg: DictConfig) -> Path:
     """The finished run folder that ``value`` names: a folder, or an experiment name (its seed's folder)."""
     path = Path(str(value))
-    candidates = [path] if path.is_absolute() else [
-        path, Path(cfg.paths.log_dir) / path / f"{cfg.scale}-{cfg.model.name}" / f"seed{cfg.seed}"]
+    candidates = (
+        [path]
+        if path.is_absolute()
+        else [path, Path(cfg.paths.log_dir) / path / f"{cfg.scale}-{cfg.model.name}" / f"seed{cfg.seed}"]
+    )
     for run in candidates:
         if (run / METRICS_FILE).exists() and (run / "checkpoints").is_dir():
             return run.resolve()
     command = f"python -m rankrl.train experiment={value} seed={cfg.seed}"
-    raise ConfigError(f"init_from={value}: no finished training run at {' or '.join(map(str, candidates))}; "
-                      f"run `{command}` first (or `python -m rankrl.pipeline` for a pipeline)")
+    raise ConfigError(
+        f"init_from={value}: no finished training run at {' or '.join(map(str, candidates))}; "
+        f"run `{command}` first (or `python -m rankrl.pipeline` for a pipeline)"
+    )
 
 
-def build_policy(cfg: DictConfig, model_cfg: DictConfig | None = None,
-                 init_from: Path | None = None) -> tuple[torch.nn.Module, Any]:
-    """A policy and its tokenizer; weights from ``init_from`` (a run folder or checkpoint folder) when given."""
+def build_policy(
+    cfg: DictConfig, model_cfg: DictConfig | None = None, init_from: Path | None = None
+) -> tuple[torch.nn.Module, Any]:
+    """A policy and its tokenizer; weights from ``init_from`` (a run folder or checkpoint folder) when
+    given."""
     from rankrl.models import load_policy
 
     model_cfg = model_cfg if model_cfg is not None else cfg.model
     lora = OmegaConf.to_container(model_cfg.lora, resolve=True) if model_cfg.get("lora") else None
     template = model_cfg.get("chat_template_kwargs")
-    policy, tokenizer = load_policy(str(model_cfg.path), dtype=model_cfg.dtype, lora=lora, device=_load_device(cfg),
-                                    chat_template_kwargs=OmegaConf.to_container(template) if template else None)
+    policy, tokenizer = load_policy(
+        str(model_cfg.path),
+        dtype=model_cfg.dtype,
+        lora=lora,
+        device=_load_device(cfg),
+        chat_template_kwargs=OmegaConf.to_container(template) if template else None,
+    )
     if init_from is not None:
         from rankrl.rl.checkpoint import load_policy_weights
 
@@ -196,19 +217,23 @@ def weights_fingerprint(model: torch.nn.Module) -> str:
         for name, p in sorted(model.state_dict().items()):
             p = ddp.full_tensor(p)
             if p.is_floating_point():
-                h.update(f"{name}:{p.double().sum().item():.10e}:{p.double().abs().sum().item():.10e}".encode())
+                h.update(
+                    f"{name}:{p.double().sum().item():.10e}:{p.double().abs().sum().item():.10e}".encode()
+                )
     return h.hexdigest()[:16]
 
 
 def build_engine(cfg: DictConfig, policy: torch.nn.Module, tokenizer: Any) -> RolloutEngine:
     if _sharded(cfg) and cfg.rollout.get("name") == "vllm" and cfg.model.get("lora"):
-        raise ConfigError("trainer.strategy=fsdp with rollout=vllm and LoRA is not supported (the adapter "
-                          "would have to be merged into sharded weights); LoRA policies fit per GPU: use "
-                          "trainer.strategy=ddp")
+        raise ConfigError(
+            "trainer.strategy=fsdp with rollout=vllm and LoRA is not supported (the adapter "
+            "would have to be merged into sharded weights); LoRA policies fit per GPU: use "
+            "trainer.strategy=ddp"
+        )
     return instantiate_component(cfg.rollout)(policy, tokenizer)
 
 
-# ---------------------------------------------------------------------------------------------------- evaluation
+# ----------------------------------------------------------------------------------------------- evaluation
 
 
 def eval_sampling(cfg: DictConfig, role: str | None = None) -> SamplingParams:
@@ -222,8 +247,10 @@ def eval_sampling(cfg: DictConfig, role: str | None = None) -> SamplingParams:
 
 def generators(cfg: DictConfig, roles: Mapping[str, Role]) -> dict[str, Generator]:
     """One evaluation generator per role, each over the role's own engine."""
-    return {name: with_progress(engine_generator(role.engine, eval_sampling(cfg, name)), f"{name} generations")
-            for name, role in roles.items()}
+    return {
+        name: with_progress(engine_generator(role.engine, eval_sampling(cfg, name)), f"{name} generations")
+        for name, role in roles.items()
+    }
 
 
 def run_evaluation(cfg: DictConfig, task: EvalTask, gens: Mapping[str, Generator]) -> dict[str, Any]:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from rankrl.data.errors import MalformedDataError, MissingDataError
 from rankrl.errors import UserError

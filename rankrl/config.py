@@ -7,10 +7,8 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
-
 from dataclasses import dataclass, fields
-from typing import Optional
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -55,9 +53,9 @@ class RunKeys:
 
     seed: int = 0
     eval_split: str = "test"
-    eval_limit: Optional[int] = None
-    init_from: Optional[str] = None
-    train_role: Optional[str] = None
+    eval_limit: int | None = None
+    init_from: str | None = None
+    train_role: str | None = None
 
 
 def check_run_keys(cfg: DictConfig) -> None:
@@ -68,7 +66,8 @@ def check_run_keys(cfg: DictConfig) -> None:
 
 
 def group_choices(group: str) -> list[str]:
-    """The options of a config group, nested folders included (``experiment`` -> ``<paper>/<experiment>`` ...)."""
+    """The options of a config group, nested folders included (``experiment`` ->
+    ``<paper>/<experiment>`` ...)."""
     root = CONFIG_DIR / group
     return sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml"))
 

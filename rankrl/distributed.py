@@ -16,8 +16,8 @@ function here is the identity, so single-process code pays nothing.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import torch
 import torch.distributed as dist

@@ -35,12 +35,22 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         roles = app.build_roles(cfg, ckpt_path=cfg.get("ckpt_path"))
         gens = app.generators(cfg, roles)
     result = app.run_evaluation(cfg, task, gens)
-    record = run_record(cfg, kind="evaluate", metrics=result["metrics"], extra={
-        "cost": result.get("cost"),
-        "roles": {name: {"init_from": str(r.init_from) if r.init_from else None,
-                         "weights": app.weights_fingerprint(r.policy)} for name, r in roles.items()},
-    })
-    write_run_files(Path(cfg.paths.output_dir), cfg, record)
+    record = run_record(
+        cfg,
+        kind="evaluate",
+        metrics=result["metrics"],
+        extra={
+            "cost": result.get("cost"),
+            "roles": {
+                name: {
+                    "init_from": str(r.init_from) if r.init_from else None,
+                    "weights": app.weights_fingerprint(r.policy),
+                }
+                for name, r in roles.items()
+            },
+        },
+    )
+    write_run_files(Path(cfg.paths.output_dir), cfg, record, result.get("per_query"))
     log.info("metrics: %s (run folder %s)", result["metrics"], cfg.paths.output_dir)
     return record
 

@@ -19,9 +19,10 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -173,41 +174,109 @@ def _save_local_model(target: Path, model: torch.nn.Module, tokenizer: Any) -> P
 # The paper models' architectures: the shape fields of each model's config.json as published on the
 # Hugging Face hub. A smoke run of the paper profile builds a tiny random model of the same class from them
 # (``tiny_paper_path``), and the GPU plans count the full models' parameters from them (``paper_parameters``).
-_QWEN2 = dict(model_type="qwen2", hidden_act="silu", rms_norm_eps=1e-6, use_sliding_window=False,
-              bos_token_id=151643, eos_token_id=151645)
-_QWEN3 = dict(model_type="qwen3", hidden_act="silu", rms_norm_eps=1e-6, head_dim=128, attention_bias=False,
-              bos_token_id=151643, eos_token_id=151645)
+_QWEN2 = dict(
+    model_type="qwen2",
+    hidden_act="silu",
+    rms_norm_eps=1e-6,
+    use_sliding_window=False,
+    bos_token_id=151643,
+    eos_token_id=151645,
+)
+_QWEN3 = dict(
+    model_type="qwen3",
+    hidden_act="silu",
+    rms_norm_eps=1e-6,
+    head_dim=128,
+    attention_bias=False,
+    bos_token_id=151643,
+    eos_token_id=151645,
+)
 PAPER_CONFIGS: dict[str, dict[str, Any]] = {
-    "qwen2.5-3b": dict(_QWEN2, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
-                       num_attention_heads=16, num_key_value_heads=2, vocab_size=151936,
-                       max_position_embeddings=32768, rope_theta=1e6, tie_word_embeddings=True),
-    "qwen2.5-7b": dict(_QWEN2, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
-                       num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
-                       max_position_embeddings=32768, rope_theta=1e6, tie_word_embeddings=False),
-    "qwen2.5-14b": dict(_QWEN2, hidden_size=5120, intermediate_size=13824, num_hidden_layers=48,
-                        num_attention_heads=40, num_key_value_heads=8, vocab_size=152064,
-                        max_position_embeddings=32768, rope_theta=1e6, tie_word_embeddings=False),
-    "qwen3-1.7b": dict(_QWEN3, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
-                       num_attention_heads=16, num_key_value_heads=8, vocab_size=151936,
-                       max_position_embeddings=40960, rope_theta=1e6, tie_word_embeddings=True),
-    "qwen3-4b": dict(_QWEN3, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
-                     num_attention_heads=32, num_key_value_heads=8, vocab_size=151936,
-                     max_position_embeddings=40960, rope_theta=1e6, tie_word_embeddings=True),
+    "qwen2.5-3b": dict(
+        _QWEN2,
+        hidden_size=2048,
+        intermediate_size=11008,
+        num_hidden_layers=36,
+        num_attention_heads=16,
+        num_key_value_heads=2,
+        vocab_size=151936,
+        max_position_embeddings=32768,
+        rope_theta=1e6,
+        tie_word_embeddings=True,
+    ),
+    "qwen2.5-7b": dict(
+        _QWEN2,
+        hidden_size=3584,
+        intermediate_size=18944,
+        num_hidden_layers=28,
+        num_attention_heads=28,
+        num_key_value_heads=4,
+        vocab_size=152064,
+        max_position_embeddings=32768,
+        rope_theta=1e6,
+        tie_word_embeddings=False,
+    ),
+    "qwen2.5-14b": dict(
+        _QWEN2,
+        hidden_size=5120,
+        intermediate_size=13824,
+        num_hidden_layers=48,
+        num_attention_heads=40,
+        num_key_value_heads=8,
+        vocab_size=152064,
+        max_position_embeddings=32768,
+        rope_theta=1e6,
+        tie_word_embeddings=False,
+    ),
+    "qwen3-1.7b": dict(
+        _QWEN3,
+        hidden_size=2048,
+        intermediate_size=6144,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        vocab_size=151936,
+        max_position_embeddings=40960,
+        rope_theta=1e6,
+        tie_word_embeddings=True,
+    ),
+    "qwen3-4b": dict(
+        _QWEN3,
+        hidden_size=2560,
+        intermediate_size=9728,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        vocab_size=151936,
+        max_position_embeddings=40960,
+        rope_theta=1e6,
+        tie_word_embeddings=True,
+    ),
 }
 # the 2507 instruct release: Qwen3-4B's shape with a longer context and a larger rope base
-PAPER_CONFIGS["qwen3-4b-instruct"] = dict(PAPER_CONFIGS["qwen3-4b"], max_position_embeddings=262144, rope_theta=5e6)
+PAPER_CONFIGS["qwen3-4b-instruct"] = dict(
+    PAPER_CONFIGS["qwen3-4b"], max_position_embeddings=262144, rope_theta=5e6
+)
 # The smoke shape: a few layers, real head size (128, which vLLM's CPU attention runs), grouped-query
 # attention kept; every other field (rope, norms, biases, q/k-norm, tied head) is the paper model's.
-TINY_PAPER_SHAPE = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=2,
-                        num_key_value_heads=1, head_dim=128)
+TINY_PAPER_SHAPE = dict(
+    hidden_size=256,
+    intermediate_size=512,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=128,
+)
 # Qwen's tokenizers cannot be fetched here: the tiny paper models use SmolLM2's tokenizer (ChatML, like
 # Qwen's) with the vocabulary size set to match it, and these templates, written for the smoke, in the form
 # of Qwen's own: Qwen2.5's default system prompt, and Qwen3's ``enable_thinking`` switch (false: the
 # assistant turn opens with an empty think block, as Qwen3's template does).
 QWEN2_TEMPLATE = (
     "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}"
-    "{{ '<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n' }}"
-    "{% endif %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}{% endfor %}"
+    "{{ '<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. "
+    "You are a helpful assistant.<|im_end|>\n' }}"
+    "{% endif %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+    "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 QWEN3_TEMPLATE = (  # as Qwen3's, a final assistant turn is rendered after an empty think block
@@ -222,15 +291,17 @@ SMOKE_SEED = 3
 
 
 def paper_config(name: str, **shape: Any) -> Any:
-    """The transformers config of paper model ``name`` (a key of ``PAPER_CONFIGS``), with ``shape`` over it."""
+    """The transformers config of paper model ``name`` (a key of ``PAPER_CONFIGS``), with ``shape`` over
+    it."""
     from transformers import AutoConfig
 
     if name not in PAPER_CONFIGS:
         raise ValueError(f"no architecture recorded for {name!r}; known: {', '.join(sorted(PAPER_CONFIGS))}")
     fields = {**PAPER_CONFIGS[name], **shape}
     theta = fields.pop("rope_theta")
-    return AutoConfig.for_model(fields.pop("model_type"), **fields,
-                                rope_parameters={"rope_type": "default", "rope_theta": theta})
+    return AutoConfig.for_model(
+        fields.pop("model_type"), **fields, rope_parameters={"rope_type": "default", "rope_theta": theta}
+    )
 
 
 def paper_parameters(name: str) -> int:
@@ -247,8 +318,15 @@ def build_tiny_paper(name: str, tokenizer: Any, seed: int = SMOKE_SEED) -> torch
     and special tokens ``tokenizer``'s. Deterministic in ``seed``; the global RNG is left untouched."""
     from transformers import AutoModelForCausalLM
 
-    config = paper_config(name, **TINY_PAPER_SHAPE, vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
-                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, dtype="float32")
+    config = paper_config(
+        name,
+        **TINY_PAPER_SHAPE,
+        vocab_size=len(tokenizer),
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        dtype="float32",
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
@@ -272,7 +350,10 @@ def tiny_paper_path(name: str, cache_dir: str | Path | None = None) -> Path:
 LOCAL_MODELS: dict[str, Callable[[str | Path | None], Path]] = {
     "smollm2-135m": smollm2_path,
     "tiny": tiny_path,
-    **{f"tiny-{name}": (lambda cache_dir, name=name: tiny_paper_path(name, cache_dir)) for name in PAPER_CONFIGS},
+    **{
+        f"tiny-{name}": (lambda cache_dir, name=name: tiny_paper_path(name, cache_dir))
+        for name in PAPER_CONFIGS
+    },
 }
 PAPER_MODELS = (
     "Qwen/Qwen2.5-3B-Instruct",

@@ -70,11 +70,15 @@ def expand(spec: list[Any]) -> list[Stage]:
             continue
         unknown = set(item) - {"name", "entry", "role", "overrides", "init_from"}
         if unknown or "name" not in item:
-            raise ConfigError(f"pipeline stage {item}: needs `name`; valid keys: name, entry, role, overrides, "
-                              f"init_from{f' (unknown: {sorted(unknown)})' if unknown else ''}")
+            raise ConfigError(
+                f"pipeline stage {item}: needs `name`; valid keys: name, entry, role, overrides, "
+                f"init_from{f' (unknown: {sorted(unknown)})' if unknown else ''}"
+            )
         stage = Stage(**{k: v for k, v in item.items()})
         if stage.entry not in ENTRIES:
-            raise ConfigError(f"pipeline stage {stage.name!r}: entry={stage.entry!r}; valid: {', '.join(ENTRIES)}")
+            raise ConfigError(
+                f"pipeline stage {stage.name!r}: entry={stage.entry!r}; valid: {', '.join(ENTRIES)}"
+            )
         stages.append(stage)
     names = [s.name for s in stages]
     if len(set(names)) != len(names):
@@ -91,7 +95,9 @@ def plan(stages: list[Stage], roles: list[str]) -> list[Stage]:
     latest: dict[str, str | None] = {r: None for r in roles}
     for stage in stages:
         if stage.entry == "train" and stage.role not in latest:
-            raise ConfigError(f"pipeline stage {stage.name!r} trains role {stage.role!r}; roles: {', '.join(roles)}")
+            raise ConfigError(
+                f"pipeline stage {stage.name!r} trains role {stage.role!r}; roles: {', '.join(roles)}"
+            )
         stage.starts = dict(latest)
         if stage.init_from is not None and str(stage.init_from).lower() == "none":
             stage.starts[stage.role] = None
@@ -100,12 +106,20 @@ def plan(stages: list[Stage], roles: list[str]) -> list[Stage]:
     return stages
 
 
-def stage_command(stage: Stage, root: Path, roles: list[str], user_overrides: list[str],
-                  experiment_name: str) -> list[str]:
+def stage_command(
+    stage: Stage, root: Path, roles: list[str], user_overrides: list[str], experiment_name: str
+) -> list[str]:
     """The command line of one stage."""
     # the command line's overrides come last: they win over the stage's, as over any config file
-    cmd = [sys.executable, "-m", f"rankrl.{stage.entry}", *stage.overrides, *user_overrides,
-           f"hydra.run.dir={root / stage.name}", f"experiment_name={experiment_name}/{stage.name}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        f"rankrl.{stage.entry}",
+        *stage.overrides,
+        *user_overrides,
+        f"hydra.run.dir={root / stage.name}",
+        f"experiment_name={experiment_name}/{stage.name}",
+    ]
     single = roles == [DEFAULT_ROLE]
     for role, source in stage.starts.items():
         if source is None:
@@ -129,28 +143,38 @@ def run_pipeline(overrides: list[str]) -> Path:
     """Run every unfinished stage of the composed experiment's pipeline; returns the pipeline folder."""
     cfg = compose(overrides)
     if not cfg.get("pipeline"):
-        raise ConfigError(f"experiment {cfg.get('experiment_name')!r} declares no pipeline; pipelines: "
-                          + ", ".join(pipeline_experiments()))
+        raise ConfigError(
+            f"experiment {cfg.get('experiment_name')!r} declares no pipeline; pipelines: "
+            + ", ".join(pipeline_experiments())
+        )
     roles = list(cfg.roles) if cfg.get("roles") else [DEFAULT_ROLE]
     stages = plan(expand(OmegaConf.to_container(cfg.pipeline, resolve=True)), roles)
     root = Path(cfg.paths.log_dir) / cfg.experiment_name / f"{cfg.scale}-{cfg.model.name}" / f"seed{cfg.seed}"
     for i, stage in enumerate(stages, 1):
         folder = root / stage.name
-        head = f"[{i}/{len(stages)}] {stage.name} ({stage.entry}{', role ' + stage.role if stage.entry == 'train' else ''})"
+        head = (
+            f"[{i}/{len(stages)}] {stage.name} "
+            f"({stage.entry}{', role ' + stage.role if stage.entry == 'train' else ''})"
+        )
         if (folder / METRICS_FILE).exists():
             print(f"{head}: done ({folder})", flush=True)
             continue
         cmd = stage_command(stage, root, roles, overrides, cfg.experiment_name)
         print(f"{head} -> {folder}", flush=True)
         if subprocess.run(cmd).returncode != 0:
-            raise SystemExit(f"error: pipeline stage {stage.name!r} failed; fix it and rerun the same command "
-                             f"(finished stages are skipped, a killed training stage resumes)")
+            raise SystemExit(
+                f"error: pipeline stage {stage.name!r} failed; fix it and rerun the same command "
+                f"(finished stages are skipped, a killed training stage resumes)"
+            )
     return root
 
 
 def pipeline_experiments() -> list[str]:
-    return sorted(str(p.relative_to(CONFIG_DIR / "experiment").with_suffix(""))
-                  for p in (CONFIG_DIR / "experiment").rglob("*.yaml") if "\npipeline:" in p.read_text())
+    return sorted(
+        str(p.relative_to(CONFIG_DIR / "experiment").with_suffix(""))
+        for p in (CONFIG_DIR / "experiment").rglob("*.yaml")
+        if "\npipeline:" in p.read_text()
+    )
 
 
 def main(argv: list[str]) -> None:

@@ -11,8 +11,9 @@ import json
 import os
 import random
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,6 +24,9 @@ from rankrl.config import REPO_ROOT
 
 SCHEMA = "rankrl.metrics/v1"
 METRICS_FILE = "metrics.json"
+# the evaluation's per-query values (qid, then one column per metric) where the task has them: what a paired
+# test between two runs compares (rankrl/report/significance.py)
+PER_QUERY_FILE = "per_query.csv"
 
 
 def git_commit() -> str:
@@ -79,17 +83,24 @@ def run_record(
         "scale": cfg.get("scale"),
         "seed": cfg.get("seed"),
         "git_commit": git_commit(),
-        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "metrics": {k: float(v) for k, v in metrics.items()},
         **(dict(extra) if extra else {}),
     }
 
 
-def write_run_files(run_dir: str | Path, cfg: DictConfig, record: Mapping[str, Any]) -> Path:
-    """Write the resolved config and metrics.json (atomically: a reader never sees half a file)."""
+def write_run_files(
+    run_dir: str | Path, cfg: DictConfig, record: Mapping[str, Any], per_query: Any = None
+) -> Path:
+    """Write the resolved config, the per-query table (a DataFrame indexed by qid, when given) and, last,
+    metrics.json (atomically: a reader never sees half a file, and a run with metrics.json is complete)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    if per_query is not None:
+        tmp = run_dir / (PER_QUERY_FILE + ".tmp")
+        per_query.to_csv(tmp, index_label="qid")
+        tmp.replace(run_dir / PER_QUERY_FILE)
     target = run_dir / METRICS_FILE
     tmp = target.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(record, indent=2, sort_keys=False, default=str) + "\n")

@@ -33,7 +33,8 @@ log = logging.getLogger(__name__)
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:
-    """Train the role ``cfg.train_role``, evaluate the final policy, write the run's files; returns the record."""
+    """Train the role ``cfg.train_role``, evaluate the final policy, write the run's files; returns the
+    record."""
     check_run_keys(cfg)
     app.check_machine(cfg)
     trainer_cfg = build_trainer_config(cfg.trainer)
@@ -49,11 +50,22 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     task.bind(role_name, {name: g for name, g in gens.items() if name != role_name})
     if trainer_cfg.kind == "sft" and trainer_cfg.epochs is not None:  # only then does the count matter
         trainer_cfg = trainer_cfg.with_epochs(len(task.sft_examples()))
-    logger = RunLogger(run_dir, cfg.logger.get("wandb") if ddp.is_main() else None,
-                       config=OmegaConf.to_container(cfg, resolve=True), name=cfg.experiment_name)
+    logger = RunLogger(
+        run_dir,
+        cfg.logger.get("wandb") if ddp.is_main() else None,
+        config=OmegaConf.to_container(cfg, resolve=True),
+        name=cfg.experiment_name,
+    )
     loop = make_loop(
-        trained.policy, trained.tokenizer, task, trainer_cfg, run_dir, logger, engine=trained.engine,
-        seed=int(cfg.seed), ref_model=app.build_reference(cfg, trained.model_cfg, trained.init_from),
+        trained.policy,
+        trained.tokenizer,
+        task,
+        trainer_cfg,
+        run_dir,
+        logger,
+        engine=trained.engine,
+        seed=int(cfg.seed),
+        ref_model=app.build_reference(cfg, trained.model_cfg, trained.init_from),
         evaluate=lambda step: app.run_evaluation(cfg, task, gens)["metrics"],
         monitor=lambda step: task.monitor(gens),
     )
@@ -64,17 +76,29 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     everywhere = ddp.is_sharded(trained.policy)
     result = app.run_evaluation(cfg, task, gens) if ddp.is_main() or everywhere else {"metrics": {}}
     end = {name: app.weights_fingerprint(r.policy) for name, r in roles.items()}
-    record = run_record(cfg, kind="train", metrics=result["metrics"], extra={
-        "cost": result.get("cost"),
-        "train": {"trainer": trainer_cfg.kind, "steps": loop.step, "last_step": last},
-        "checkpoint": str(loop.ckpt_root / "latest"),
-        "train_role": role_name,
-        "roles": {name: {"init_from": str(r.init_from) if r.init_from else None, "weights_start": start[name],
-                         "weights_end": end[name], "trained": name == role_name} for name, r in roles.items()},
-    })
+    record = run_record(
+        cfg,
+        kind="train",
+        metrics=result["metrics"],
+        extra={
+            "cost": result.get("cost"),
+            "train": {"trainer": trainer_cfg.kind, "steps": loop.step, "last_step": last},
+            "checkpoint": str(loop.ckpt_root / "latest"),
+            "train_role": role_name,
+            "roles": {
+                name: {
+                    "init_from": str(r.init_from) if r.init_from else None,
+                    "weights_start": start[name],
+                    "weights_end": end[name],
+                    "trained": name == role_name,
+                }
+                for name, r in roles.items()
+            },
+        },
+    )
     if ddp.is_main():
         logger.summary(result["metrics"])
-        write_run_files(run_dir, cfg, record)
+        write_run_files(run_dir, cfg, record, result.get("per_query"))
         if not trainer_cfg.keep_checkpoints_when_done:
             finish_checkpoints(loop.ckpt_root)
         log.info("metrics: %s (run folder %s)", result["metrics"], run_dir)

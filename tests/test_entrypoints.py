@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 
 from rankrl.runs import SCHEMA
@@ -27,19 +28,38 @@ def test_bm25_rows_are_exact(tmp_path, data_dir, experiment, ndcg):
     assert record["model"] is None  # no LLM in a first-stage row
     assert record["scale"] == "cpu" and record["git_commit"] != ""
     assert (tmp_path / "config.yaml").exists()
+    per_query = pd.read_csv(tmp_path / "per_query.csv", dtype={"qid": str})  # what a paired test reads
+    assert round(per_query["nDCG@10"].mean(), 4) == ndcg and per_query["qid"].is_unique
 
 
 def test_data_dir_override_is_used(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "rankrl.evaluate", "experiment=rankr1/bm25_dl19",
-                          f"paths.data_dir={tmp_path / 'nowhere'}", f"hydra.run.dir={tmp_path / 'run'}"],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rankrl.evaluate",
+            "experiment=rankr1/bm25_dl19",
+            f"paths.data_dir={tmp_path / 'nowhere'}",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode != 0
     assert str(tmp_path / "nowhere") in out.stderr and "make data" in out.stderr
 
 
 def test_submitit_local_multirun(tmp_path, data_dir):
-    _run("rankrl.evaluate", "-m", "experiment=rankr1/bm25_dl19", "benchmark=dl19,dl20", "task.benchmark=${benchmark.name}",
-         "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10", f"hydra.sweep.dir={tmp_path}")
+    _run(
+        "rankrl.evaluate",
+        "-m",
+        "experiment=rankr1/bm25_dl19",
+        "benchmark=dl19,dl20",
+        "task.benchmark=${benchmark.name}",
+        "hydra/launcher=submitit_local",
+        "hydra.launcher.timeout_min=10",
+        f"hydra.sweep.dir={tmp_path}",
+    )
     records = [json.loads(p.read_text()) for p in sorted(tmp_path.rglob("metrics.json"))]
     assert sorted(r["benchmark"] for r in records) == ["dl19", "dl20"]
     assert sorted(round(r["metrics"]["nDCG@10"], 4) for r in records) == [0.4796, 0.5058]
@@ -76,19 +96,29 @@ def test_wandb_failure_warns_once_and_training_goes_on(tmp_path, model_dir, monk
 
 
 def test_wandb_offline_run_is_written(tmp_path, model_dir):
-    _run("rankrl.train", "model=tiny", "trainer.max_steps=1", "task.num_eval_prompts=2",
-         f"hydra.run.dir={tmp_path}", "experiment_name=core/wandb_check")
+    _run(
+        "rankrl.train",
+        "model=tiny",
+        "trainer.max_steps=1",
+        "task.num_eval_prompts=2",
+        f"hydra.run.dir={tmp_path}",
+        "experiment_name=core/wandb_check",
+    )
     offline = list((tmp_path / "wandb").glob("offline-run-*"))
     assert offline, list(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("overrides,said", [
-    (["model=tiny", "rollout.kv_cache_gib=100000"], "set rollout.kv_cache_gib"),
-    (["model.path=/nowhere/model", "model.name=ghost"], "is not available offline"),
-    (["experiment=rankr1/bm25_dl19", "paths.data_dir=/nowhere/data"], "make data"),
-])
+@pytest.mark.parametrize(
+    "overrides,said",
+    [
+        (["model=tiny", "rollout.kv_cache_gib=100000"], "set rollout.kv_cache_gib"),
+        (["model.path=/nowhere/model", "model.name=ghost"], "is not available offline"),
+        (["experiment=rankr1/bm25_dl19", "paths.data_dir=/nowhere/data"], "make data"),
+    ],
+)
 def test_user_errors_end_in_one_line_without_traceback(tmp_path, model_dir, overrides, said):
-    """Errors a user can fix print one `error:` line and exit 2; HYDRA_FULL_ERROR=1 brings the traceback back."""
+    """Errors a user can fix print one `error:` line and exit 2; HYDRA_FULL_ERROR=1 brings the traceback
+    back."""
     entry = "rankrl.evaluate" if any("bm25" in o for o in overrides) else "rankrl.train"
     cmd = [sys.executable, "-m", entry, *overrides, "logger=none", f"hydra.run.dir={tmp_path}"]
     out = subprocess.run(cmd, capture_output=True, text=True)

@@ -21,8 +21,18 @@ def test_experiment_evaluates_one_query_with_the_tiny_model(experiment, tmp_path
 
     # the transformers engine: this checks each task's evaluation path in one process, where every vLLM
     # engine would stay for good (rankrl.rollout.vllm); the engines are checked in tests/rollout
-    cfg = compose("evaluate", [f"experiment={experiment}", "model=tiny", "rollout=hf", "logger=none", "eval_limit=1",
-                               "evaluation.sampling.max_new_tokens=8", f"paths.log_dir={tmp_path}"])
+    cfg = compose(
+        "evaluate",
+        [
+            f"experiment={experiment}",
+            "model=tiny",
+            "rollout=hf",
+            "logger=none",
+            "eval_limit=1",
+            "evaluation.sampling.max_new_tokens=8",
+            f"paths.log_dir={tmp_path}",
+        ],
+    )
     OmegaConf.update(cfg, "paths.output_dir", str(tmp_path / "run"))
     try:
         record = evaluate(cfg)

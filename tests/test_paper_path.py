@@ -32,8 +32,16 @@ MESSAGES = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "
 
 
 # published parameter counts (the models' cards): the recorded fields are the real architectures
-@pytest.mark.parametrize("name,billions", [("qwen2.5-3b", 3.09), ("qwen2.5-7b", 7.62), ("qwen2.5-14b", 14.77),
-                                           ("qwen3-1.7b", 1.72), ("qwen3-4b", 4.02)])
+@pytest.mark.parametrize(
+    "name,billions",
+    [
+        ("qwen2.5-3b", 3.09),
+        ("qwen2.5-7b", 7.62),
+        ("qwen2.5-14b", 14.77),
+        ("qwen3-1.7b", 1.72),
+        ("qwen3-4b", 4.02),
+    ],
+)
 def test_recorded_architectures_have_the_published_sizes(name: str, billions: float):
     assert paper_parameters(name) / 1e9 == pytest.approx(billions, abs=0.01)
 
@@ -64,7 +72,8 @@ def test_qwen3_template_honours_enable_thinking_everywhere_it_renders(model_dir:
     opened = direct.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=True)
     assert opened.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
     assert thinking.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=True).endswith(
-        "<|im_start|>assistant\n")
+        "<|im_start|>assistant\n"
+    )
     prompt, completion = sft_token_ids(direct, SFTExample("u", MESSAGES, "Blue."))
     assert direct.decode(prompt) == opened and direct.decode(completion) == "Blue.<|im_end|>"
 
@@ -103,10 +112,25 @@ def test_two_ranks_run_paper_profile_stages_sharded_by_fsdp(tmp_path: Path, mode
     tiny Qwen3-4B-shaped model. An SFT stage moves the sharded weights; a GRPO stage from it samples exactly
     the trainer's weights on both ranks' vLLM engines and saves a sharded checkpoint."""
     env = {**os.environ, "RANKRL_LOG_DIR": str(tmp_path), "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
-    common = ["experiment=fgrpo/fgrpo_movielens", "profile=smoke", "model=qwen3-4b", "logger=none", "eval_limit=1"]
+    common = [
+        "experiment=fgrpo/fgrpo_movielens",
+        "profile=smoke",
+        "model=qwen3-4b",
+        "logger=none",
+        "eval_limit=1",
+    ]
     sft, grpo = tmp_path / "sft", tmp_path / "grpo"
-    done = _torchrun([*common, "trainer=sft", "trainer.max_steps=2", "trainer.examples_per_step=4",
-                      "trainer.lr=1e-3", f"hydra.run.dir={sft}"], env)
+    done = _torchrun(
+        [
+            *common,
+            "trainer=sft",
+            "trainer.max_steps=2",
+            "trainer.examples_per_step=4",
+            "trainer.lr=1e-3",
+            f"hydra.run.dir={sft}",
+        ],
+        env,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads((sft / "metrics.json").read_text())
     assert "strategy: fsdp" in (sft / "config.yaml").read_text()
@@ -115,7 +139,9 @@ def test_two_ranks_run_paper_profile_stages_sharded_by_fsdp(tmp_path: Path, mode
     assert all(r["grad_norm"] > 0 and r["loss"] > 0 for r in _log(sft))
     done = _torchrun([*common, "trainer.max_steps=1", f"init_from={sft}", f"hydra.run.dir={grpo}"], env)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads((grpo / "metrics.json").read_text())["roles"]["policy"]["init_from"] == str(sft.resolve())
+    assert json.loads((grpo / "metrics.json").read_text())["roles"]["policy"]["init_from"] == str(
+        sft.resolve()
+    )
     assert all(r["sampler_logprob_gap_max"] < 1e-3 for r in _log(grpo))
     assert "strategy: fsdp" in (grpo / "config.yaml").read_text()
     assert any((grpo / "checkpoints").glob("step_*/sharded"))
@@ -131,8 +157,11 @@ def test_paper_size_prompts_sample_with_seeds_on_the_cpu(model_dir: Path):
     engine = rv.VLLMEngine(policy, tok, kv_cache_gib=0.25, max_model_len=None)
     long = " ".join(["passage"] * 9000)
     torch.manual_seed(0)
-    out = engine.generate([[{"role": "user", "content": long}], [{"role": "user", "content": long + " again"}]],
-                          n=2, sampling=SamplingParams(max_new_tokens=4, temperature=1.0))
+    out = engine.generate(
+        [[{"role": "user", "content": long}], [{"role": "user", "content": long + " again"}]],
+        n=2,
+        sampling=SamplingParams(max_new_tokens=4, temperature=1.0),
+    )
     assert [len(c) for c in out.completion_ids] == [4] * 4 and min(map(len, out.prompt_ids)) > 9000
 
 
@@ -149,11 +178,21 @@ def test_paper_profile_without_a_gpu_stops_before_anything_loads():
 
 
 def test_make_lists_every_paper_row_without_running_one():
-    """`make -n reproduce-<paper> PROFILE=paper` prints the rows the tables read (the script runs in DRY_RUN)."""
-    out = subprocess.run(["make", "-n", "reproduce-rankr1", "PROFILE=paper"], cwd=REPO_ROOT, capture_output=True,
-                         text=True, timeout=120, env={**os.environ, "MAKEFLAGS": ""}).stdout
+    """`make -n reproduce-<paper> PROFILE=paper` prints the rows the tables read (the script runs in
+    DRY_RUN)."""
+    out = subprocess.run(
+        ["make", "-n", "reproduce-rankr1", "PROFILE=paper"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "MAKEFLAGS": ""},
+    ).stdout
     rows = [line for line in out.splitlines() if "-m rankrl." in line]
     for model in ("qwen2.5-3b", "qwen2.5-7b", "qwen2.5-14b"):
         for exp in ("setwise_dl19", "setwise_dl20", "rankr1_grpo_dl19", "rankr1_grpo_dl20"):
-            assert any(f"experiment=rankr1/{exp} profile=paper model={model}" in r for r in rows), (exp, model)
+            assert any(f"experiment=rankr1/{exp} profile=paper model={model}" in r for r in rows), (
+                exp,
+                model,
+            )
     assert sum("experiment=rankr1/rankr1_grpo_bright" in r for r in rows) == 3 * 12  # every BRIGHT task

@@ -20,8 +20,16 @@ SEED_DIR = Path("cpu-tiny") / "seed0"
 
 
 def _pipeline(log_dir: Path, experiment: str, *overrides: str) -> list[str]:
-    return [sys.executable, "-m", "rankrl.pipeline", f"experiment={experiment}", "model=tiny", "logger=none",
-            f"paths.log_dir={log_dir}", *overrides]
+    return [
+        sys.executable,
+        "-m",
+        "rankrl.pipeline",
+        f"experiment={experiment}",
+        "model=tiny",
+        "logger=none",
+        f"paths.log_dir={log_dir}",
+        *overrides,
+    ]
 
 
 def _record(folder: Path) -> dict:
@@ -29,9 +37,12 @@ def _record(folder: Path) -> dict:
 
 
 def test_expand_and_plan_resolve_each_roles_latest_stage():
-    spec = [{"name": "sft_q", "role": "q"}, {"name": "sft_i", "role": "i"},
-            {"repeat": 2, "stages": [{"name": "q", "role": "q"}, {"name": "i", "role": "i"}]},
-            {"name": "eval", "entry": "evaluate"}]
+    spec = [
+        {"name": "sft_q", "role": "q"},
+        {"name": "sft_i", "role": "i"},
+        {"repeat": 2, "stages": [{"name": "q", "role": "q"}, {"name": "i", "role": "i"}]},
+        {"name": "eval", "entry": "evaluate"},
+    ]
     stages = plan(expand(spec), ["q", "i"])
     assert [s.name for s in stages] == ["sft_q", "sft_i", "q_r1", "i_r1", "q_r2", "i_r2", "eval"]
     starts = {s.name: s.starts for s in stages}
@@ -74,21 +85,30 @@ def test_sft_grpo_evaluate_pipeline_skips_finished_stages_and_resumes_a_killed_o
 
     # the report draws the GRPO stage's monitor series from its log (experiments/core/figures.yaml)
     figures = tmp_path / "figures"
-    drawn = subprocess.run([sys.executable, "-m", "rankrl.report", "paper=core", f"runs_dir={whole}",
-                            f"out_dir={figures}"], capture_output=True, text=True)
+    drawn = subprocess.run(
+        [sys.executable, "-m", "rankrl.report", "paper=core", f"runs_dir={whole}", f"out_dir={figures}"],
+        capture_output=True,
+        text=True,
+    )
     assert drawn.returncode == 0, drawn.stderr[-3000:]
     assert (figures / "vowels_pipeline_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     import pandas as pd
 
     drawn_points = pd.read_csv(figures / "vowels_pipeline_curves.csv")
-    probe = drawn_points[(drawn_points.series == "monitor/vowel_share") & drawn_points.line.str.startswith("seed")]
+    probe = drawn_points[
+        (drawn_points.series == "monitor/vowel_share") & drawn_points.line.str.startswith("seed")
+    ]
     logged = [json.loads(line) for line in (root / "grpo" / "train_log.jsonl").read_text().splitlines()]
     expected = {r["step"]: r["monitor/vowel_share"] for r in logged if "monitor/vowel_share" in r}
     assert dict(zip(probe.step, probe.value)) == pytest.approx(expected) and len(expected) == 5  # 0,2,4,6,8
 
     # killed inside the GRPO stage: the rerun skips SFT and continues GRPO from its checkpoint
-    proc = subprocess.Popen(_pipeline(broken, "core/vowels_pipeline", *args), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        _pipeline(broken, "core/vowels_pipeline", *args),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     ckpts = broken / "core/vowels_pipeline" / SEED_DIR / "grpo" / "checkpoints"
     deadline = time.time() + 600
     while time.time() < deadline and proc.poll() is None:
@@ -105,7 +125,10 @@ def test_sft_grpo_evaluate_pipeline_skips_finished_stages_and_resumes_a_killed_o
     assert "resumed from" in resumed.stdout + resumed.stderr
     broken_root = broken / "core/vowels_pipeline" / SEED_DIR
     assert _record(broken_root / "eval")["metrics"] == ev["metrics"]
-    assert _record(broken_root / "grpo")["roles"]["policy"]["weights_end"] == grpo["roles"]["policy"]["weights_end"]
+    assert (
+        _record(broken_root / "grpo")["roles"]["policy"]["weights_end"]
+        == grpo["roles"]["policy"]["weights_end"]
+    )
 
 
 def test_two_roles_alternate_and_each_changes_only_in_its_own_rounds(tmp_path, model_dir):
@@ -133,9 +156,20 @@ def test_two_roles_alternate_and_each_changes_only_in_its_own_rounds(tmp_path, m
 
 
 def test_a_missing_predecessor_names_the_command_that_makes_it(tmp_path, model_dir):
-    out = subprocess.run([sys.executable, "-m", "rankrl.train", "model=tiny", "logger=none",
-                          "init_from=core/never_run", f"paths.log_dir={tmp_path}", f"hydra.run.dir={tmp_path / 'r'}"],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rankrl.train",
+            "model=tiny",
+            "logger=none",
+            "init_from=core/never_run",
+            f"paths.log_dir={tmp_path}",
+            f"hydra.run.dir={tmp_path / 'r'}",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 2
     assert "python -m rankrl.train experiment=core/never_run seed=0" in out.stderr
     assert "Traceback" not in out.stderr

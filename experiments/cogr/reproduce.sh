@@ -6,7 +6,7 @@
 #                                        the ablations; needs WANDS's products and labels
 #   make smoke-cogr                      PROFILE=smoke: the paper's pipelines on the CPU, a tiny Qwen3-shaped model,
 #                                        over dl-pools-cpu (WANDS's products are not on the build machines)
-# Run folders, skipping, resuming, FORCE, DRY_RUN, OVERRIDES, NPROC: experiments/lib.sh.
+# Run folders, seeds (SEEDS=3), skipping, resuming, FORCE, DRY_RUN, OVERRIDES, NPROC: experiments/lib.sh.
 cd "$(dirname "$0")/../.."
 source experiments/lib.sh
 
@@ -27,14 +27,18 @@ rows() {  # rows <catalog> <model>: the cutoff baselines, CoGR (base, SFT, round
   local c=$1 m=$2
   run evaluate "cogr/bm25_cutoff_$c" "$m"
   run evaluate "cogr/dense_cutoff_$c" "$m"
-  pipeline "cogr/cogr_$c" "$m"
-  # CoGR*: query-side rounds only, over the item index of CoGR's own SFT stage
-  local root="$LOG_DIR/cogr/cogr_$c/$PROFILE-$m/seed0"
-  pipeline "cogr/cogr_star_$c" "$m" "roles.query.init_from=$root/sft_query" "roles.item.init_from=$root/sft_item"
-  if [[ "${ABLATIONS:-0}" == 1 ]]; then
-    pipeline "cogr/cogr_shared_$c" "$m"
-    pipeline "cogr/cogr_nosft_$c" "$m"
-  fi
+  local root
+  for SEED in $(seeds); do
+    pipeline "cogr/cogr_$c" "$m"
+    # CoGR*: query-side rounds only, over the item index of CoGR's own SFT stage (of the same seed)
+    root="$LOG_DIR/cogr/cogr_$c/$PROFILE-$m/seed$SEED"
+    pipeline "cogr/cogr_star_$c" "$m" "roles.query.init_from=$root/sft_query" "roles.item.init_from=$root/sft_item"
+    if [[ "${ABLATIONS:-0}" == 1 ]]; then
+      pipeline "cogr/cogr_shared_$c" "$m"
+      pipeline "cogr/cogr_nosft_$c" "$m"
+    fi
+  done
+  SEED=0
 }
 
 for m in $MODELS; do rows "$CATALOG" "$m"; done

@@ -5,7 +5,7 @@
 #                                        the lambda and n sweeps for the first model
 #   make smoke-fgrpo                     PROFILE=smoke: the paper rows of MovieLens on the CPU, a tiny
 #                                        Qwen3-shaped model (BENCHMARKS="..." for more)
-# Run folders, skipping, resuming, FORCE, DRY_RUN, OVERRIDES, NPROC: experiments/lib.sh. REPORT_DIR moves the
+# Run folders, seeds (SEEDS=3), skipping, resuming, FORCE, DRY_RUN, OVERRIDES, NPROC: experiments/lib.sh. REPORT_DIR moves the
 # tables and figures (default experiments/fgrpo/; smoke: beside its runs).
 cd "$(dirname "$0")/../.."
 source experiments/lib.sh
@@ -49,9 +49,12 @@ for m in $MODELS; do
   for b in $BENCHMARKS; do
     lr=(); [[ $b == hotpotqa || $b == musique ]] && lr=("${qa_lr[@]}")
     # factorized SFT then F-GRPO; GRPO from the same SFT weights; decoupled SFT (two roles)
-    pipeline "fgrpo/fgrpo_$b" "$m" logger=none "${lr[@]}"
-    pipeline "fgrpo/grpo_$b" "$m" logger=none "${lr[@]}"
-    pipeline "fgrpo/decoupled_$b" "$m" logger=none
+    for SEED in $(seeds); do
+      pipeline "fgrpo/fgrpo_$b" "$m" logger=none "${lr[@]}"
+      pipeline "fgrpo/grpo_$b" "$m" logger=none "${lr[@]}"
+      pipeline "fgrpo/decoupled_$b" "$m" logger=none
+    done
+    SEED=0
   done
   # Sweeps on MovieLens (the paper's Fig.: lambda and the slate size n), first model only
   if [[ $m == "$first" ]]; then
@@ -59,10 +62,6 @@ for m in $MODELS; do
     if [[ -n $SIZES ]]; then sweep "$m" sweep_n task.slate_size n "$SIZES"; fi
   fi
 done
-# Tables, figures and the relative gains
+# Tables (the relative gains and paired tests among them) and figures
 if [[ -n "${REPORT_DIR:-}" ]]; then report fgrpo "out_dir=$REPORT_DIR"; else report fgrpo; fi
-GAINS=("$PY" -m rankrl.tasks.fgrpo gains --runs-dir "$LOG_DIR")
-if [[ $PROFILE == smoke ]]; then GAINS+=(--out-dir "$LOG_DIR/tables/fgrpo")
-elif [[ -n "${REPORT_DIR:-}" ]]; then GAINS+=(--out-dir "$REPORT_DIR"); fi
-if [[ -n "${DRY_RUN:-}" ]]; then echo "${GAINS[*]}"; else "${GAINS[@]}"; fi
 if [[ -z "${DRY_RUN:-}" ]]; then echo "== reproduce-fgrpo ($PROFILE) finished in $((SECONDS / 60)) min"; fi

@@ -5,7 +5,7 @@
 #                                        corpus with a frozen MiniLM, the SmolLM2-135M rewriter trained on DL20's
 #   make reproduce-grape PROFILE=paper   the main table (CLIP ViT-B/16, five benchmarks) and the retriever sizes
 #                                        (ViT-B/32, ViT-L/14) for the Qwen2.5-3B rewriter (MODELS="..." chooses)
-# Run folders, skipping, resuming, FORCE, DRY_RUN, OVERRIDES, NPROC: experiments/lib.sh. MODELS picks the
+# Run folders, seeds (SEEDS=3), skipping, resuming, FORCE, DRY_RUN, OVERRIDES, NPROC: experiments/lib.sh. MODELS picks the
 # rewriter (tests use tiny); REPORT_OUT writes the tables and figures there instead of experiments/grape/.
 #   make smoke-grape                     PROFILE=smoke: the image rows on the CPU, a tiny Qwen2.5-shaped rewriter,
 #                                        random-weight CLIPs over ten photographs (task_scale/grape_smoke.yaml)
@@ -18,10 +18,13 @@ cpu_rows() {  # cpu_rows <model>
   run evaluate grape/cpu_zeroshot_rewrite "$m"
   # format warm start -> GRPO (rank reward); then the similarity-reward pipeline, whose compression control
   # asks for about as many words as the rank-reward rewrites have (read from that run's metrics)
-  pipeline grape/cpu_grape_rank "$m"
   local words  # assigned on its own line, so that a failed read stops the script (set -e)
-  words=$(rewrite_words "$LOG_DIR/grape/cpu_grape_rank/$PROFILE-$m/seed0/grape/metrics.json")
-  pipeline grape/cpu_grape_sim "$m" "task.compress_words=$words"
+  for SEED in $(seeds); do
+    pipeline grape/cpu_grape_rank "$m"
+    words=$(rewrite_words "$LOG_DIR/grape/cpu_grape_rank/$PROFILE-$m/seed$SEED/grape/metrics.json")
+    pipeline grape/cpu_grape_sim "$m" "task.compress_words=$words"
+  done
+  SEED=0
 }
 
 rewrite_words() {  # rewrite_words <metrics.json of a GRAPE rank-reward run>: its mean rewrite length, which the

@@ -4,7 +4,7 @@
 #   make reproduce-rankr1 PROFILE=paper    Table 1 for Qwen2.5-3B/7B/14B-Instruct (MODELS="..." chooses), then
 #                                          Table 2 (BRIGHT) when its documents are present
 #   make smoke-rankr1                      PROFILE=smoke: the paper rows on the CPU, a tiny Qwen2.5-shaped model
-# Run folders, skipping, resuming, FORCE, DRY_RUN, OVERRIDES, NPROC: experiments/lib.sh.
+# Run folders, seeds (SEEDS=3), skipping, resuming, FORCE, DRY_RUN, OVERRIDES, NPROC: experiments/lib.sh.
 cd "$(dirname "$0")/../.."
 source experiments/lib.sh
 
@@ -15,10 +15,12 @@ cpu_rows() {
   # SmolLM2-135M zero-shot: the plain Setwise prompt, and the Rank-R1 (reasoning) prompt
   run evaluate rankr1/setwise_dl19 smollm2-135m
   run evaluate rankr1/rankr1_zeroshot_dl19 smollm2-135m
-  # the paper's Setwise SFT baseline: gold labels of DL20's judged pools (CPU deviation: not MS MARCO)
-  run train rankr1/setwise_sft_dl19 smollm2-135m trainer.resume=true
-  # format warm start (labelled CPU deviation), then GRPO from it; each stage is evaluated on DL19
-  pipeline rankr1/warmstart_grpo_dl19 smollm2-135m
+  for SEED in $(seeds); do
+    # the paper's Setwise SFT baseline: gold labels of DL20's judged pools (CPU deviation: not MS MARCO)
+    run train rankr1/setwise_sft_dl19 smollm2-135m trainer.resume=true
+    # format warm start (labelled CPU deviation), then GRPO from it; each stage is evaluated on DL19
+    pipeline rankr1/warmstart_grpo_dl19 smollm2-135m
+  done
 }
 
 have_bright() { [[ -n "${DRY_RUN:-}" ]] || compgen -G "$DATA/bright/documents/*.parquet" >/dev/null; }
@@ -36,9 +38,11 @@ paper_rows() {  # paper_rows <model>: Table 1's rows of one model, then its BRIG
   run evaluate rankr1/setwise_dl19 "$m"
   run evaluate rankr1/setwise_dl20 "$m"
   # GRPO on MS MARCO (smoke: DL20's judged pools), evaluated on DL19; the same policy is then read on DL20
-  run train rankr1/rankr1_grpo_dl19 "$m" trainer.resume=true
-  policy="init_from=$LOG_DIR/rankr1/rankr1_grpo_dl19/$PROFILE-$m/seed0"
-  run evaluate rankr1/rankr1_grpo_dl20 "$m" "$policy"
+  for SEED in $(seeds); do
+    run train rankr1/rankr1_grpo_dl19 "$m" trainer.resume=true
+    run evaluate rankr1/rankr1_grpo_dl20 "$m" "init_from=$LOG_DIR/rankr1/rankr1_grpo_dl19/$PROFILE-$m/seed$SEED"
+  done
+  SEED=0 policy="init_from=$LOG_DIR/rankr1/rankr1_grpo_dl19/$PROFILE-$m/seed0"  # BRIGHT reads seed 0's policy
   if ! have_bright; then
     echo "== BRIGHT rows ($m) skipped: no documents under $DATA/bright/documents" \
          "(python -m rankrl.data.prepare --data-dir $DATA --only bright)"

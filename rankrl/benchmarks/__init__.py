@@ -10,5 +10,6 @@ from importlib.machinery import ModuleSpec
 def argument_parser(spec: ModuleSpec | None, doc: str) -> argparse.ArgumentParser:
     """A benchmark's command line, named as it is run (``python -m <module>``) and described by the first line
     of its docstring; pass the module's ``__spec__`` and ``__doc__``."""
-    return argparse.ArgumentParser(prog=f"python -m {spec.name}" if spec else None,
-                                   description=doc.splitlines()[0])
+    return argparse.ArgumentParser(
+        prog=f"python -m {spec.name}" if spec else None, description=doc.splitlines()[0]
+    )

@@ -16,12 +16,13 @@ step, ``VmHWM`` reset through /proc/self/clear_refs at the step start (model and
 
 Shapes (``--shape``): ``vowels`` (the above) and ``rankr1``: the CPU-scale Rank-R1 GRPO step, 2 training
 prompts of ~365 tokens (``rankrl.benchmarks.rollouts.rankr1_task``) x G=8 completions of at most 64 tokens
-(T=1.0, no stop string on either side), rewarded by the Rank-R1 reward, micro-batches of one group (8 rows). There our
-side generates with vLLM's CPU engine and computes each prompt once in the update (``trainer.shared_prefix``);
-a third worker, ``ours_unshared``, is our step with G copies of each prompt, so the update's gain is measured
-on its own. TRL generates with transformers (its vLLM path needs CUDA).
+(T=1.0, no stop string on either side), rewarded by the Rank-R1 reward, micro-batches of one group (8 rows).
+There our side generates with vLLM's CPU engine and computes each prompt once in the update
+(``trainer.shared_prefix``); a third worker, ``ours_unshared``, is our step with G copies of each prompt, so
+the update's gain is measured on its own. TRL generates with transformers (its vLLM path needs CUDA).
 
-CLI: ``python -m rankrl.benchmarks.grpo_step [--shape vowels|rankr1] [--model PATH] [--repeats N] [--out FILE]``
+CLI:
+``python -m rankrl.benchmarks.grpo_step [--shape vowels|rankr1] [--model PATH] [--repeats N] [--out FILE]``
 (``make bench``). The last line reads ``grpo step (<shape> shape): ours/trl time ratio R``.
 """
 
@@ -37,9 +38,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rankrl.benchmarks import argument_parser
 from rankrl.tasks.vowels import VowelWordsTask, vowel_word_reward
@@ -55,8 +57,12 @@ SIDES = ("ours", "trl")
 SHAPES = ("vowels", "rankr1")
 PROTOCOL = "BENCH "  # prefix of the worker's protocol lines on stdout (libraries may print too)
 PHASES = ("generate_s", "reward_s", "update_s")
-OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-               "WANDB_MODE": "offline"}
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "WANDB_MODE": "offline",
+}
 
 
 @dataclass(frozen=True)
@@ -91,13 +97,16 @@ class BenchConfig:
         """The defaults of ``shape`` (``SHAPES``), then ``kwargs``."""
         if shape not in SHAPES:
             raise ValueError(f"--shape {shape!r}; valid: {', '.join(SHAPES)}")
-        defaults = {"prompts": 2, "group_size": 8, "max_new_tokens": 64, "repeats": 3} if shape == "rankr1" else {}
+        defaults = (
+            {"prompts": 2, "group_size": 8, "max_new_tokens": 64, "repeats": 3} if shape == "rankr1" else {}
+        )
         return cls(shape=shape, **{**defaults, **kwargs})
 
     @property
     def micro_batch_size(self) -> int:
-        """Rows per forward/backward: every row at once (vowels), one group per micro-batch (rankr1: 16 rows of
-        ~430 tokens at once put three workers' activations past 24 GB, measured: the TRL worker was killed)."""
+        """Rows per forward/backward: every row at once (vowels), one group per micro-batch (rankr1: 16 rows
+        of ~430 tokens at once put three workers' activations past 24 GB, measured: the TRL worker was
+        killed)."""
         return self.group_size if self.shape == "rankr1" else self.prompts * self.group_size
 
     @property
@@ -110,11 +119,15 @@ class BenchConfig:
 
     @property
     def name(self) -> str:
-        rollout = "ours vLLM (CPU) + shared prefix, TRL transformers" if self.shape == "rankr1" else "rollout=hf"
-        return (f"GRPO step ({self.shape} shape): {self.prompts} prompts x G={self.group_size}, "
-                f"{self.max_new_tokens} new tokens, {rollout}, T=1.0 top_p=1.0 no top_k, loss dapo + group-std "
-                f"advantages, eps 0.2, beta 0, micro-batch {self.micro_batch_size}, AdamW lr {self.lr:g}, "
-                f"fp32 CPU, {self.threads} threads")
+        rollout = (
+            "ours vLLM (CPU) + shared prefix, TRL transformers" if self.shape == "rankr1" else "rollout=hf"
+        )
+        return (
+            f"GRPO step ({self.shape} shape): {self.prompts} prompts x G={self.group_size}, "
+            f"{self.max_new_tokens} new tokens, {rollout}, T=1.0 top_p=1.0 no top_k, loss dapo + group-std "
+            f"advantages, eps 0.2, beta 0, micro-batch {self.micro_batch_size}, AdamW lr {self.lr:g}, "
+            f"fp32 CPU, {self.threads} threads"
+        )
 
 
 # ---------------------------------------------------------------- measurement (inside a worker)
@@ -217,18 +230,31 @@ def run_ours(cfg: BenchConfig, run_dir: Path, channel: Channel, shared_prefix: b
     torch.manual_seed(cfg.seed)
     policy, tok = load_policy(cfg.model, dtype="float32", device="cpu")
     config = TrainerConfig(
-        max_steps=cfg.warmup + cfg.repeats, prompts_per_step=cfg.prompts, group_size=cfg.group_size,
-        micro_batch_size=cfg.micro_batch_size, lr=cfg.lr, lr_scheduler="constant", max_grad_norm=1.0,
-        advantage="grpo", loss_agg="dapo", eps_low=0.2, eps_high=0.2, beta=0.0, save_every=0,
+        max_steps=cfg.warmup + cfg.repeats,
+        prompts_per_step=cfg.prompts,
+        group_size=cfg.group_size,
+        micro_batch_size=cfg.micro_batch_size,
+        lr=cfg.lr,
+        lr_scheduler="constant",
+        max_grad_norm=1.0,
+        advantage="grpo",
+        loss_agg="dapo",
+        eps_low=0.2,
+        eps_high=0.2,
+        beta=0.0,
+        save_every=0,
         shared_prefix=shared_prefix,
-        sampling=SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=1.0, top_p=1.0, top_k=0))
+        sampling=SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=1.0, top_p=1.0, top_k=0),
+    )
     if cfg.shape == "rankr1":
         from rankrl.rollout.vllm import VLLMEngine
 
         engine = VLLMEngine(policy, tok)
     else:
         engine = HFEngine(policy, tok, batch_size=16)
-    trainer = make_loop(policy, tok, _task(cfg), config, run_dir, RunLogger(run_dir), engine=engine, seed=cfg.seed)
+    trainer = make_loop(
+        policy, tok, _task(cfg), config, run_dir, RunLogger(run_dir), engine=engine, seed=cfg.seed
+    )
     channel.send(event="ready", threads=torch.get_num_threads())
     meter = StepMeter()
     for _ in range(config.max_steps):
@@ -236,8 +262,13 @@ def run_ours(cfg: BenchConfig, run_dir: Path, channel: Channel, shared_prefix: b
         meter.start()
         metrics = trainer.step_once()
         record = meter.stop()
-        channel.send(event="step", **record, **{p: metrics[f"time/{p}"] for p in PHASES},
-                     completion_length=metrics["completion_length/mean"], reward=metrics["reward/mean"])
+        channel.send(
+            event="step",
+            **record,
+            **{p: metrics[f"time/{p}"] for p in PHASES},
+            completion_length=metrics["completion_length/mean"],
+            reward=metrics["reward/mean"],
+        )
 
 
 def _timed(fn: Callable, totals: dict[str, float], key: str) -> Callable:
@@ -247,6 +278,7 @@ def _timed(fn: Callable, totals: dict[str, float], key: str) -> Callable:
             return fn(*args, **kwargs)
         finally:
             totals[key] = totals.get(key, 0.0) + time.perf_counter() - t0
+
     return wrapper
 
 
@@ -254,17 +286,37 @@ def _trl_args(cfg: BenchConfig, out_dir: Path):
     from trl import GRPOConfig
 
     return GRPOConfig(
-        output_dir=str(out_dir), use_cpu=True, bf16=False, gradient_checkpointing=False, report_to="none",
-        save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=cfg.seed,
-        max_steps=cfg.warmup + cfg.repeats, per_device_train_batch_size=cfg.micro_batch_size,
+        output_dir=str(out_dir),
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        report_to="none",
+        save_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
+        seed=cfg.seed,
+        max_steps=cfg.warmup + cfg.repeats,
+        per_device_train_batch_size=cfg.micro_batch_size,
         # one generation of all B*G rows per optimizer step, updated in micro-batches (steps_per_generation
         # defaults to the accumulation steps)
         gradient_accumulation_steps=cfg.prompts * cfg.group_size // cfg.micro_batch_size,
         num_generations=cfg.group_size,
         max_completion_length=cfg.max_new_tokens,
-        temperature=1.0, top_p=1.0, top_k=0, learning_rate=cfg.lr, lr_scheduler_type="constant",
-        optim="adamw_torch", weight_decay=0.0, max_grad_norm=1.0, loss_type="dapo", scale_rewards="group",
-        epsilon=0.2, beta=0.0, num_iterations=1, dataloader_num_workers=0)
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        learning_rate=cfg.lr,
+        lr_scheduler_type="constant",
+        optim="adamw_torch",
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        loss_type="dapo",
+        scale_rewards="group",
+        epsilon=0.2,
+        beta=0.0,
+        num_iterations=1,
+        dataloader_num_workers=0,
+    )
 
 
 def run_trl(cfg: BenchConfig, run_dir: Path, channel: Channel) -> None:
@@ -286,8 +338,10 @@ def run_trl(cfg: BenchConfig, run_dir: Path, channel: Channel) -> None:
 
     def reward(completions: list, completion_ids: list, **kwargs: Any) -> list[float]:
         rewards = task_reward(completions, **kwargs)
-        samples.update(completion_length=sum(map(len, completion_ids)) / len(completion_ids),
-                       reward=sum(rewards) / len(rewards))
+        samples.update(
+            completion_length=sum(map(len, completion_ids)) / len(completion_ids),
+            reward=sum(rewards) / len(rewards),
+        )
         return rewards
 
     reward.__name__ = task_reward.__name__  # TRL names its logged reward columns after the function
@@ -305,17 +359,25 @@ def run_trl(cfg: BenchConfig, run_dir: Path, channel: Channel) -> None:
         def on_step_end(self, args, state, control, **kwargs):
             record = meter.stop()
             generated, scored = totals.get("generate", 0.0), totals.get("generate_and_score", 0.0)
-            phases = {"generate_s": generated, "reward_s": scored - generated,
-                      "update_s": record["step_s"] - scored}
+            phases = {
+                "generate_s": generated,
+                "reward_s": scored - generated,
+                "update_s": record["step_s"] - scored,
+            }
             channel.send(event="step", **record, **phases, **samples)
 
-    trainer = GRPOTrainer(model=policy, reward_funcs=reward, args=_trl_args(cfg, run_dir),
-                          train_dataset=Dataset.from_dict({"prompt": prompts, "index": list(range(len(prompts)))}),
-                          processing_class=tok,
-                          callbacks=[Timer()])
+    trainer = GRPOTrainer(
+        model=policy,
+        reward_funcs=reward,
+        args=_trl_args(cfg, run_dir),
+        train_dataset=Dataset.from_dict({"prompt": prompts, "index": list(range(len(prompts)))}),
+        processing_class=tok,
+        callbacks=[Timer()],
+    )
     trainer._generate = _timed(trainer._generate, totals, "generate")
     trainer._generate_and_score_completions = _timed(
-        trainer._generate_and_score_completions, totals, "generate_and_score")
+        trainer._generate_and_score_completions, totals, "generate_and_score"
+    )
     trainer.train()
 
 
@@ -337,20 +399,35 @@ class Worker:
 
     def __init__(self, side: str, cfg: BenchConfig) -> None:
         self.side, self.log = side, tempfile.TemporaryFile(mode="w+")  # stderr, shown if the worker fails
-        cmd = [sys.executable, "-m", "rankrl.benchmarks.grpo_step", "--worker", side,
-               "--worker-config", json.dumps(asdict(cfg))]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-                                     text=True, env={**os.environ, **OFFLINE_ENV})
+        cmd = [
+            sys.executable,
+            "-m",
+            "rankrl.benchmarks.grpo_step",
+            "--worker",
+            side,
+            "--worker-config",
+            json.dumps(asdict(cfg)),
+        ]
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            env={**os.environ, **OFFLINE_ENV},
+        )
 
     def read(self) -> dict[str, Any]:
         """The worker's next protocol record; its other stdout lines are skipped."""
         for line in self.proc.stdout:
             if line.startswith(PROTOCOL):
-                return json.loads(line[len(PROTOCOL):])
+                return json.loads(line[len(PROTOCOL) :])
         self.proc.wait()
         self.log.seek(0)
-        raise RuntimeError(f"the {self.side} bench worker exited with code {self.proc.returncode}:\n"
-                           f"{self.log.read()[-3000:]}")
+        raise RuntimeError(
+            f"the {self.side} bench worker exited with code {self.proc.returncode}:\n"
+            f"{self.log.read()[-3000:]}"
+        )
 
     def step(self) -> dict[str, Any]:
         self.proc.stdin.write("go\n")
@@ -406,8 +483,9 @@ def _side_summary(records: list[dict]) -> dict[str, Any]:
     }
 
 
-def summarize(cfg: BenchConfig, steps: dict[str, list[dict]], threads: dict[str, int],
-              load_before: float) -> dict[str, Any]:
+def summarize(
+    cfg: BenchConfig, steps: dict[str, list[dict]], threads: dict[str, int], load_before: float
+) -> dict[str, Any]:
     """The result record: configuration, versions, machine, both sides and the ratio against the goal."""
     import torch
     import transformers
@@ -418,22 +496,38 @@ def summarize(cfg: BenchConfig, steps: dict[str, list[dict]], threads: dict[str,
     shared = {}
     if "ours_unshared" in sides:
         update_ratio = sides["ours"]["median_update_s"] / sides["ours_unshared"]["median_update_s"]
-        shared = {"ours_unshared": sides["ours_unshared"], "update_ratio_shared_over_unshared": update_ratio,
-                  "update_goal": {"max_ratio": GOAL_UPDATE_RATIO, "met": update_ratio <= GOAL_UPDATE_RATIO,
-                                  "peak_rss_not_grown": sides["ours"]["peak_rss_mib"]
-                                  <= sides["ours_unshared"]["peak_rss_mib"]}}
+        shared = {
+            "ours_unshared": sides["ours_unshared"],
+            "update_ratio_shared_over_unshared": update_ratio,
+            "update_goal": {
+                "max_ratio": GOAL_UPDATE_RATIO,
+                "met": update_ratio <= GOAL_UPDATE_RATIO,
+                "peak_rss_not_grown": sides["ours"]["peak_rss_mib"] <= sides["ours_unshared"]["peak_rss_mib"],
+            },
+        }
     return {
         "configuration": cfg.name,
         "config": asdict(cfg),
-        "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                     "transformers": transformers.__version__, "trl": trl.__version__},
-        "machine": {"nproc": os.cpu_count(), "usable_cpus": len(os.sched_getaffinity(0)),
-                    "cpu": _cpu_model(), "torch_threads": threads, "loadavg_1min_before": load_before,
-                    "loadavg_1min_after": os.getloadavg()[0]},
-        "method": {"time": "median wall-clock seconds per step, steps alternating ours/TRL in two worker "
-                           "processes, after warm-up",
-                   "memory": "per-step peak RSS of the worker (VmHWM after a reset via /proc/self/clear_refs "
-                             "at step start), max over timed steps; includes model and optimizer state"},
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "trl": trl.__version__,
+        },
+        "machine": {
+            "nproc": os.cpu_count(),
+            "usable_cpus": len(os.sched_getaffinity(0)),
+            "cpu": _cpu_model(),
+            "torch_threads": threads,
+            "loadavg_1min_before": load_before,
+            "loadavg_1min_after": os.getloadavg()[0],
+        },
+        "method": {
+            "time": "median wall-clock seconds per step, steps alternating ours/TRL in two worker "
+            "processes, after warm-up",
+            "memory": "per-step peak RSS of the worker (VmHWM after a reset via /proc/self/clear_refs "
+            "at step start), max over timed steps; includes model and optimizer state",
+        },
         "ours": sides["ours"],
         "trl": sides["trl"],
         **shared,
@@ -451,32 +545,47 @@ def format_report(result: dict[str, Any]) -> str:
     """The markdown table and the lines around it that ``main`` prints."""
     import pandas as pd
 
-    columns = {"median_step_s": "s/step (median)", "median_generate_s": "generate s",
-               "median_reward_s": "reward s", "median_update_s": "update s", "peak_rss_mib": "peak RSS MiB",
-               "peak_growth_mib": "growth in step MiB", "completion_length_mean": "mean completion tokens"}
-    labels = {"ours": "ours (rankrl)", "ours_unshared": "ours, prompt copied G times",
-              "trl": f"TRL {result['versions']['trl']}"}
-    rows = {labels[side]: {name: result[side][key] for key, name in columns.items()}
-            for side in labels if side in result}
+    columns = {
+        "median_step_s": "s/step (median)",
+        "median_generate_s": "generate s",
+        "median_reward_s": "reward s",
+        "median_update_s": "update s",
+        "peak_rss_mib": "peak RSS MiB",
+        "peak_growth_mib": "growth in step MiB",
+        "completion_length_mean": "mean completion tokens",
+    }
+    labels = {
+        "ours": "ours (rankrl)",
+        "ours_unshared": "ours, prompt copied G times",
+        "trl": f"TRL {result['versions']['trl']}",
+    }
+    rows = {
+        labels[side]: {name: result[side][key] for key, name in columns.items()}
+        for side in labels
+        if side in result
+    }
     table = pd.DataFrame.from_dict(rows, orient="index").to_markdown(floatfmt=".2f")
     goal, v, m = result["goal"], result["versions"], result["machine"]
     verdict = "met" if goal["met"] else "NOT met"
-    return "\n".join([
-        f"# {result['configuration']}",
-        f"model: {result['config']['model']}; {result['config']['repeats']} timed steps each after "
-        f"{result['config']['warmup']} warm-up, alternating",
-        "",
-        table,
-        "",
-        f"ratio ours/TRL (median s/step): {result['ratio_ours_over_trl']:.3f} "
-        f"-> goal <= {goal['max_ratio']}: {verdict}",
-        f"torch {v['torch']}, transformers {v['transformers']}, trl {v['trl']}, python {v['python']}",
-        f"machine: nproc {m['nproc']}, {m['cpu']}, torch threads {m['torch_threads']}, "
-        f"load avg {m['loadavg_1min_before']:.2f} -> {m['loadavg_1min_after']:.2f}",
-        f"memory: {result['method']['memory']}",
-        *_update_lines(result),
-        f"grpo step ({result['config']['shape']} shape): ours/trl time ratio {result['ratio_ours_over_trl']:.3f}",
-    ])
+    return "\n".join(
+        [
+            f"# {result['configuration']}",
+            f"model: {result['config']['model']}; {result['config']['repeats']} timed steps each after "
+            f"{result['config']['warmup']} warm-up, alternating",
+            "",
+            table,
+            "",
+            f"ratio ours/TRL (median s/step): {result['ratio_ours_over_trl']:.3f} "
+            f"-> goal <= {goal['max_ratio']}: {verdict}",
+            f"torch {v['torch']}, transformers {v['transformers']}, trl {v['trl']}, python {v['python']}",
+            f"machine: nproc {m['nproc']}, {m['cpu']}, torch threads {m['torch_threads']}, "
+            f"load avg {m['loadavg_1min_before']:.2f} -> {m['loadavg_1min_after']:.2f}",
+            f"memory: {result['method']['memory']}",
+            *_update_lines(result),
+            f"grpo step ({result['config']['shape']} shape): "
+            f"ours/trl time ratio {result['ratio_ours_over_trl']:.3f}",
+        ]
+    )
 
 
 def _update_lines(result: dict[str, Any]) -> list[str]:
@@ -484,19 +593,28 @@ def _update_lines(result: dict[str, Any]) -> list[str]:
     if "update_goal" not in result:
         return []
     goal, ratio = result["update_goal"], result["update_ratio_shared_over_unshared"]
-    line = (f"update, prompt once per group / G copies (median s): {ratio:.3f} "
-            f"-> goal <= {goal['max_ratio']}: {'met' if goal['met'] else 'NOT met'}; peak RSS "
-            f"{result['ours']['peak_rss_mib']:.0f} vs {result['ours_unshared']['peak_rss_mib']:.0f} MiB "
-            f"({'not grown' if goal['peak_rss_not_grown'] else 'GROWN'})")
+    line = (
+        f"update, prompt once per group / G copies (median s): {ratio:.3f} "
+        f"-> goal <= {goal['max_ratio']}: {'met' if goal['met'] else 'NOT met'}; peak RSS "
+        f"{result['ours']['peak_rss_mib']:.0f} vs {result['ours_unshared']['peak_rss_mib']:.0f} MiB "
+        f"({'not grown' if goal['peak_rss_not_grown'] else 'GROWN'})"
+    )
     return [line]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     parser = argument_parser(__spec__, __doc__)
-    parser.add_argument("--shape", default="vowels", choices=SHAPES,
-                        help="vowels: 4 prompts x G=4; rankr1: CPU-scale Rank-R1 prompts x G=8 (default: %(default)s)")
-    parser.add_argument("--model", default=BenchConfig.model,
-                        help="model folder, or smollm2-135m / tiny (default: %(default)s)")
+    parser.add_argument(
+        "--shape",
+        default="vowels",
+        choices=SHAPES,
+        help="vowels: 4 prompts x G=4; rankr1: CPU-scale Rank-R1 prompts x G=8 (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--model",
+        default=BenchConfig.model,
+        help="model folder, or smollm2-135m / tiny (default: %(default)s)",
+    )
     parser.add_argument("--repeats", type=int, help="timed steps per side (default: 5; rankr1 shape 3)")
     parser.add_argument("--warmup", type=int, help="untimed steps per side (default: 1)")
     parser.add_argument("--max-new-tokens", type=int, help="completion budget (default: 32; rankr1 shape 64)")
@@ -511,8 +629,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     from rankrl.models import resolve_model
 
     given = {"repeats": args.repeats, "warmup": args.warmup, "max_new_tokens": args.max_new_tokens}
-    cfg = BenchConfig.for_shape(args.shape, model=resolve_model(args.model), threads=args.threads,
-                                **{k: v for k, v in given.items() if v is not None})
+    cfg = BenchConfig.for_shape(
+        args.shape,
+        model=resolve_model(args.model),
+        threads=args.threads,
+        **{k: v for k, v in given.items() if v is not None},
+    )
     result = run_benchmark(cfg)
     out = Path(args.out or f"outputs/bench/grpo_step{'' if cfg.shape == 'vowels' else '_' + cfg.shape}.json")
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -46,13 +46,15 @@ class Shape:
     temperature: float
 
 
-SHAPES = (Shape("grpo", prompts=2, n=8, max_new_tokens=64, temperature=1.0),
-          Shape("eval", prompts=16, n=1, max_new_tokens=64, temperature=0.0))
+SHAPES = (
+    Shape("grpo", prompts=2, n=8, max_new_tokens=64, temperature=1.0),
+    Shape("eval", prompts=16, n=1, max_new_tokens=64, temperature=0.0),
+)
 
 
 def rankr1_task() -> Any:
-    """The Rank-R1 task at CPU scale, as ``rankrl.train`` builds it (passages cut with SmolLM2's tokenizer, the
-    CPU profile's model, whichever model the benchmark runs)."""
+    """The Rank-R1 task at CPU scale, as ``rankrl.train`` builds it (passages cut with SmolLM2's tokenizer,
+    the CPU profile's model, whichever model the benchmark runs)."""
     from hydra import compose, initialize_config_dir
 
     from rankrl import app
@@ -67,7 +69,9 @@ def rankr1_prompts(count: int) -> list[list[dict[str, str]]]:
     """The first ``count`` Rank-R1 training prompts at CPU scale (``rankr1_task``)."""
     examples = rankr1_task().train_examples()
     if len(examples) < count:
-        raise ValueError(f"the Rank-R1 task has {len(examples)} training prompts, the benchmark needs {count}")
+        raise ValueError(
+            f"the Rank-R1 task has {len(examples)} training prompts, the benchmark needs {count}"
+        )
     return [ex.messages for ex in examples[:count]]
 
 
@@ -83,11 +87,17 @@ def run(model: str = "smollm2-135m", repeats: int = 3, seed: int = 0) -> dict[st
     engines = {"hf": HFEngine(policy, tok, batch_size=16), "vllm": VLLMEngine(policy, tok)}
     needed = sum(s.prompts for s in SHAPES) * (repeats + 1)
     pool = iter(rankr1_prompts(needed))
-    result: dict[str, Any] = {"model": model, "repeats": repeats, "threads": torch.get_num_threads(),
-                              "machine": f"{platform.machine()}, {os.cpu_count()} cpus", "shapes": {}}
+    result: dict[str, Any] = {
+        "model": model,
+        "repeats": repeats,
+        "threads": torch.get_num_threads(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
+        "shapes": {},
+    }
     for shape in SHAPES:
-        sampling = SamplingParams(max_new_tokens=shape.max_new_tokens, temperature=shape.temperature,
-                                  stop=("</answer>",))
+        sampling = SamplingParams(
+            max_new_tokens=shape.max_new_tokens, temperature=shape.temperature, stop=("</answer>",)
+        )
         calls = {e: [] for e in ENGINES}
         for r in range(repeats + 1):  # r = 0 is the warm-up
             prompts = [next(pool) for _ in range(shape.prompts)]
@@ -100,36 +110,54 @@ def run(model: str = "smollm2-135m", repeats: int = 3, seed: int = 0) -> dict[st
                 outs[name] = engines[name].generate(prompts, n=shape.n, sampling=sampling)
                 seconds = time.perf_counter() - t0
                 if r:
-                    calls[name].append({"seconds": seconds, "tokens": sum(map(len, outs[name].completion_ids)),
-                                        "prompt_tokens": sum(map(len, outs[name].prompt_ids))})
+                    calls[name].append(
+                        {
+                            "seconds": seconds,
+                            "tokens": sum(map(len, outs[name].completion_ids)),
+                            "prompt_tokens": sum(map(len, outs[name].prompt_ids)),
+                        }
+                    )
             if r and shape.temperature == 0:
                 same = sum(a == b for a, b in zip(outs["hf"].completion_ids, outs["vllm"].completion_ids))
                 result.setdefault("greedy_agreement", []).append(f"{same}/{len(outs['hf'].completion_ids)}")
-            print(f"  {shape.name} {'warm-up' if r == 0 else f'repeat {r}'}: "
-                  + ", ".join(f"{e} {calls[e][-1]['seconds']:.1f} s" if r else e for e in ENGINES), flush=True)
+            print(
+                f"  {shape.name} {'warm-up' if r == 0 else f'repeat {r}'}: "
+                + ", ".join(f"{e} {calls[e][-1]['seconds']:.1f} s" if r else e for e in ENGINES),
+                flush=True,
+            )
         medians = {e: statistics.median(c["seconds"] for c in calls[e]) for e in ENGINES}
-        result["shapes"][shape.name] = {"shape": asdict(shape), "calls": calls, "median_s": medians,
-                                        "ratio_vllm_over_hf": medians["vllm"] / medians["hf"]}
+        result["shapes"][shape.name] = {
+            "shape": asdict(shape),
+            "calls": calls,
+            "median_s": medians,
+            "ratio_vllm_over_hf": medians["vllm"] / medians["hf"],
+        }
     ratio = result["shapes"]["grpo"]["ratio_vllm_over_hf"]
     result["goal"] = {"max_ratio_grpo": GOAL_RATIO, "met": ratio <= GOAL_RATIO}
     return result
 
 
 def report(result: dict[str, Any]) -> str:
-    lines = [f"model {result['model']}, {result['threads']} torch threads, {result['machine']}, "
-             f"{result['repeats']} timed calls per engine and shape (median)"]
+    lines = [
+        f"model {result['model']}, {result['threads']} torch threads, {result['machine']}, "
+        f"{result['repeats']} timed calls per engine and shape (median)"
+    ]
     for name, s in result["shapes"].items():
         shape = s["shape"]
         tokens = {e: statistics.median(c["tokens"] for c in s["calls"][e]) for e in ENGINES}
-        lines.append(f"{name} shape ({shape['prompts']} prompts x {shape['n']}, <= {shape['max_new_tokens']} "
-                     f"tokens, T={shape['temperature']}): hf {s['median_s']['hf']:.2f} s ({tokens['hf']:.0f} "
-                     f"tokens), vllm {s['median_s']['vllm']:.2f} s ({tokens['vllm']:.0f} tokens)")
+        lines.append(
+            f"{name} shape ({shape['prompts']} prompts x {shape['n']}, <= {shape['max_new_tokens']} "
+            f"tokens, T={shape['temperature']}): hf {s['median_s']['hf']:.2f} s ({tokens['hf']:.0f} "
+            f"tokens), vllm {s['median_s']['vllm']:.2f} s ({tokens['vllm']:.0f} tokens)"
+        )
     if result.get("greedy_agreement"):
         lines.append(f"greedy completions identical in both engines: {', '.join(result['greedy_agreement'])}")
     goal = result["goal"]
     lines.append(f"goal: grpo-shape ratio <= {goal['max_ratio_grpo']}: {'met' if goal['met'] else 'NOT met'}")
-    lines.append(f"rollouts: vllm/hf time ratio {result['shapes']['grpo']['ratio_vllm_over_hf']:.3f} (grpo shape), "
-                 f"{result['shapes']['eval']['ratio_vllm_over_hf']:.3f} (eval shape)")
+    lines.append(
+        f"rollouts: vllm/hf time ratio {result['shapes']['grpo']['ratio_vllm_over_hf']:.3f} (grpo shape), "
+        f"{result['shapes']['eval']['ratio_vllm_over_hf']:.3f} (eval shape)"
+    )
     return "\n".join(lines)
 
 

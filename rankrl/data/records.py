@@ -8,8 +8,9 @@ Relevance judgements use the ``{qid: {docid: grade}}`` shape that ir_measures an
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 Qrels = dict[str, dict[str, int]]
 Run = dict[str, dict[str, float]]

@@ -26,6 +26,8 @@ from ir_measures.measures.base import Measure
 
 from rankrl.data.records import Qrels, Run
 
+PRF_COLUMNS = ("precision", "recall", "f1")  # set_prf's values, as columns of set_prf_table
+
 
 def parse_measures(measures: Sequence[str], relevance_level: int = 1) -> dict[str, Measure]:
     """Parse ir_measures names and apply ``relevance_level`` to the binary ones.
@@ -132,8 +134,16 @@ def evaluate_run(
     Returns:
         name -> mean value, keys in the order of ``measures``.
     """
+    return scored_run(run, qrels, measures, relevance_level)[0]
+
+
+def scored_run(
+    run: Run, qrels: Qrels, measures: Sequence[str], relevance_level: int = 1
+) -> tuple[dict[str, float], pd.DataFrame]:
+    """``evaluate_run``'s means together with the per-query table they average: a run folder keeps the
+    table (``per_query.csv``) so that two methods can be compared query by query (a paired test)."""
     table = per_query(run, qrels, measures, relevance_level)
-    return {name: float(table[name].mean()) for name in table.columns}
+    return {name: float(table[name].mean()) for name in table.columns}, table
 
 
 def set_prf(predicted: Collection[str], relevant: Collection[str]) -> tuple[float, float, float]:
@@ -162,8 +172,9 @@ def prf_from_counts(hits: int, num_predicted: int, num_relevant: int) -> tuple[f
     sets; both paths give bit-identical floats because ``set_prf`` is computed here too.
     """
     if not 0 <= hits <= min(num_predicted, num_relevant):
-        raise ValueError(f"impossible counts: {hits} hits, {num_predicted} predicted, "
-                         f"{num_relevant} relevant")
+        raise ValueError(
+            f"impossible counts: {hits} hits, {num_predicted} predicted, {num_relevant} relevant"
+        )
     if not num_predicted and not num_relevant:
         return 1.0, 1.0, 1.0
     if hits == 0:
@@ -184,8 +195,19 @@ def mean_set_prf(
     Returns:
         (mean precision, mean recall, mean F1).
     """
+    table = set_prf_table(predicted, relevant)
+    n = len(table)  # summed in query order, as before the table existed: the same floats to the last bit
+    return tuple(sum(table[c].tolist()) / n for c in PRF_COLUMNS)  # type: ignore[return-value]
+
+
+def set_prf_table(
+    predicted: Mapping[str, Collection[str]], relevant: Mapping[str, Collection[str]]
+) -> pd.DataFrame:
+    """``set_prf`` of every query of ``relevant``: a DataFrame indexed by ``qid`` (in ``relevant``'s order)
+    with columns precision, recall, f1; a query missing from ``predicted`` counts as an empty prediction."""
     if not relevant:
         raise ValueError("relevant is empty: no queries to average over")
-    scores = [set_prf(predicted.get(qid, ()), rel) for qid, rel in relevant.items()]
-    n = len(scores)
-    return tuple(sum(s[i] for s in scores) / n for i in range(3))  # type: ignore[return-value]
+    rows = {qid: set_prf(predicted.get(qid, ()), rel) for qid, rel in relevant.items()}
+    table = pd.DataFrame.from_dict(rows, orient="index", columns=list(PRF_COLUMNS))
+    table.index.name = "qid"
+    return table

@@ -19,7 +19,7 @@ import hydra
 from omegaconf import DictConfig
 
 import rankrl.config  # noqa: F401
-from rankrl.config import CONFIG_DIR, check_overrides, REPO_ROOT
+from rankrl.config import CONFIG_DIR, REPO_ROOT, check_overrides
 from rankrl.report.collect import collect_runs, latest_per_cell
 from rankrl.report.figures import draw_figures, find_runs
 from rankrl.report.tables import write_tables
@@ -32,8 +32,9 @@ SPECS = ("tables.yaml", "figures.yaml")
 
 def papers(experiments_dir: Path = REPO_ROOT / "experiments") -> list[str]:
     """The papers with a report: folders of ``experiments/`` holding a tables.yaml or a figures.yaml."""
-    return sorted(p.name for p in experiments_dir.iterdir()
-                  if p.is_dir() and any((p / s).exists() for s in SPECS))
+    return sorted(
+        p.name for p in experiments_dir.iterdir() if p.is_dir() and any((p / s).exists() for s in SPECS)
+    )
 
 
 def report(cfg: DictConfig, experiments_dir: Path = REPO_ROOT / "experiments") -> list[Path]:
@@ -48,8 +49,10 @@ def report(cfg: DictConfig, experiments_dir: Path = REPO_ROOT / "experiments") -
     elif cfg.paper in valid:
         chosen = [cfg.paper]
     else:
-        raise ValueError(f"no tables.yaml or figures.yaml for paper={cfg.paper!r} in {experiments_dir}; "
-                         f"valid: {', '.join([ALL, *valid])}")
+        raise ValueError(
+            f"no tables.yaml or figures.yaml for paper={cfg.paper!r} in {experiments_dir}; "
+            f"valid: {', '.join([ALL, *valid])}"
+        )
     written: list[Path] = []
     run_folders = None
     for paper in chosen:
@@ -61,8 +64,13 @@ def report(cfg: DictConfig, experiments_dir: Path = REPO_ROOT / "experiments") -
         if (paper_dir / "tables.yaml").exists():
             runs = latest_per_cell(collect_runs(cfg.runs_dir, paper=paper))
             if runs.empty:  # a fresh checkout: rewriting would blank the committed, measured tables
-                log.warning("no finished %s runs under %s: its tables are left as they are "
-                            "(make reproduce-%s makes them)", paper, cfg.runs_dir, paper)
+                log.warning(
+                    "no finished %s runs under %s: its tables are left as they are "
+                    "(make reproduce-%s makes them)",
+                    paper,
+                    cfg.runs_dir,
+                    paper,
+                )
             else:
                 written += write_tables(runs, paper_dir, out_dir)
         if (paper_dir / "figures.yaml").exists():

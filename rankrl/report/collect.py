@@ -56,9 +56,13 @@ def collect_runs(runs_dir: str | Path, paper: str | None = None) -> pd.DataFrame
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+CELL_KEYS = ["experiment", "benchmark", "model", "scale"]
+
+
 def latest_per_cell(runs: pd.DataFrame) -> pd.DataFrame:
-    """Keep the newest run of each (experiment, benchmark, model, scale, metric)."""
+    """Keep the newest run of each (experiment, benchmark, model, scale, seed, metric): a cell then holds
+    one run per seed, which the tables average (mean +- std over seeds)."""
     if runs.empty:
         return runs
-    keys = ["experiment", "benchmark", "model", "scale", "metric"]
+    keys = [*CELL_KEYS, "seed", "metric"]
     return runs.sort_values("created").groupby(keys, dropna=False, as_index=False).tail(1)

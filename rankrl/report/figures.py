@@ -50,8 +50,9 @@ import json
 import logging
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import pandas as pd
 import yaml
@@ -123,7 +124,7 @@ def read_log(run_dir: str | Path) -> pd.DataFrame:
 
 
 def _mtime(path: Path) -> str:
-    return dt.datetime.fromtimestamp(path.stat().st_mtime, dt.timezone.utc).isoformat(timespec="seconds")
+    return dt.datetime.fromtimestamp(path.stat().st_mtime, dt.UTC).isoformat(timespec="seconds")
 
 
 def _from_config(path: Path) -> dict[str, Any] | None:
@@ -145,8 +146,13 @@ def _from_config(path: Path) -> dict[str, Any] | None:
             return None
         return value if value is None or isinstance(value, (str, int, float, bool)) else None
 
-    info = {"experiment": get("experiment_name"), "paper": get("paper"), "seed": get("seed"),
-            "scale": get("scale"), "model": get("model.name")}
+    info = {
+        "experiment": get("experiment_name"),
+        "paper": get("paper"),
+        "seed": get("seed"),
+        "scale": get("scale"),
+        "model": get("model.name"),
+    }
     return info if info["experiment"] else None
 
 
@@ -159,16 +165,22 @@ def _run_info(folder: Path) -> dict[str, Any] | None:
             log.warning("skipping unreadable %s: %s", metrics, err)
             record = {}
         if record.get("schema") == SCHEMA and record.get("experiment"):
-            return {**{k: record.get(k) for k in ("experiment", "paper", "seed", "scale", "model")},
-                    "created": record.get("created") or _mtime(metrics), "finished": True}
+            return {
+                **{k: record.get(k) for k in ("experiment", "paper", "seed", "scale", "model")},
+                "created": record.get("created") or _mtime(metrics),
+                "finished": True,
+            }
     for name in ("config.yaml", ".hydra/config.yaml"):
         if (folder / name).exists():
             info = _from_config(folder / name)
             if info:
                 # the start of the run (Hydra writes .hydra/config.yaml first), else its last log line
                 stamp = folder / ".hydra" / "config.yaml"
-                return {**info, "created": _mtime(stamp if stamp.exists() else folder / LOG_FILE),
-                        "finished": False}
+                return {
+                    **info,
+                    "created": _mtime(stamp if stamp.exists() else folder / LOG_FILE),
+                    "finished": False,
+                }
     return None
 
 
@@ -226,8 +238,9 @@ def _runs_spec(figure: Mapping[str, Any]) -> list[dict[str, str]]:
         elif isinstance(entry, Mapping) and "experiment" in entry:
             out.append({"experiment": entry["experiment"], "label": entry.get("label", entry["experiment"])})
         else:
-            raise ValueError(f"figure {figure['name']!r}: a run is a name or {{experiment:, label:}}, "
-                             f"not {entry!r}")
+            raise ValueError(
+                f"figure {figure['name']!r}: a run is a name or {{experiment:, label:}}, not {entry!r}"
+            )
     return out
 
 
@@ -286,8 +299,10 @@ def _panel_data(logs: list[tuple[Any, pd.DataFrame]], series: str, smooth: int |
     lines |= stats
     if smooth:
         lines |= {f"{k}_smoothed": v.rolling(int(smooth), min_periods=1).mean() for k, v in stats.items()}
-    parts = [pd.DataFrame({"line": name, "step": values.index.astype(int), "value": values.to_numpy()})
-             for name, values in lines.items()]
+    parts = [
+        pd.DataFrame({"line": name, "step": values.index.astype(int), "value": values.to_numpy()})
+        for name, values in lines.items()
+    ]
     return pd.concat(parts, ignore_index=True)
 
 
@@ -296,8 +311,14 @@ def _join(values: pd.Series) -> str:
     return ", ".join(found) or "unknown"
 
 
-def _draw(figure: Mapping[str, Any], runs: list[dict[str, Any]], panels: list[dict[str, Any]],
-          data: pd.DataFrame, footer: str, path: Path) -> None:
+def _draw(
+    figure: Mapping[str, Any],
+    runs: list[dict[str, Any]],
+    panels: list[dict[str, Any]],
+    data: pd.DataFrame,
+    footer: str,
+    path: Path,
+) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
@@ -307,7 +328,7 @@ def _draw(figure: Mapping[str, Any], runs: list[dict[str, Any]], panels: list[di
     fig = Figure(figsize=(4.6 * ncols, 3.4 * nrows + 0.9), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
-    for ax in axes[len(panels):]:
+    for ax in axes[len(panels) :]:
         ax.set_visible(False)
     for number, (ax, panel) in enumerate(zip(axes, panels), start=1):
         ax.set_title(panel["label"], fontsize=10)
@@ -322,7 +343,7 @@ def _draw(figure: Mapping[str, Any], runs: list[dict[str, Any]], panels: list[di
             drawn = True
             color = f"C{index}"
 
-            def line(name: str) -> pd.DataFrame:
+            def line(name: str, lines: pd.DataFrame = lines) -> pd.DataFrame:
                 return lines[lines["line"] == name]
 
             smoothed = not line("mean_smoothed").empty
@@ -331,16 +352,31 @@ def _draw(figure: Mapping[str, Any], runs: list[dict[str, Any]], panels: list[di
                 raw = line("mean")
                 ax.plot(raw["step"], raw["value"], color=color, alpha=0.25, linewidth=1)
             marker = "o" if len(main) <= 30 else None
-            ax.plot(main["step"], main["value"], color=color, linewidth=1.8, marker=marker, markersize=3,
-                    label=run["label"] if len(runs) > 1 else None)
+            ax.plot(
+                main["step"],
+                main["value"],
+                color=color,
+                linewidth=1.8,
+                marker=marker,
+                markersize=3,
+                label=run["label"] if len(runs) > 1 else None,
+            )
             suffix = "_smoothed" if smoothed else ""
             low, high = line(f"min{suffix}"), line(f"max{suffix}")
             if not low.empty:
-                ax.fill_between(low["step"], low["value"], high["value"].to_numpy(), color=color, alpha=0.2,
-                                linewidth=0)
+                ax.fill_between(
+                    low["step"], low["value"], high["value"].to_numpy(), color=color, alpha=0.2, linewidth=0
+                )
         if not drawn:
-            ax.text(0.5, 0.5, f"no {panel['series']} logged", ha="center", va="center",
-                    transform=ax.transAxes, color="gray")
+            ax.text(
+                0.5,
+                0.5,
+                f"no {panel['series']} logged",
+                ha="center",
+                va="center",
+                transform=ax.transAxes,
+                color="gray",
+            )
         if panel.get("ylim"):
             ax.set_ylim(*panel["ylim"])
         if len(runs) > 1 and drawn:
@@ -357,8 +393,9 @@ def draw_figure(figure: Mapping[str, Any], runs: pd.DataFrame, out_dir: Path) ->
     run_specs, panels = _runs_spec(figure), _panels_spec(figure)
     missing = [r["experiment"] for r in run_specs if not (runs["experiment"] == r["experiment"]).any()]
     if missing:
-        log.warning("figure %s skipped: no run folder with a %s for %s", figure["name"], LOG_FILE,
-                    ", ".join(missing))
+        log.warning(
+            "figure %s skipped: no run folder with a %s for %s", figure["name"], LOG_FILE, ", ".join(missing)
+        )
         return []
     parts, notes, used = [], [], []
     for run in run_specs:
@@ -368,22 +405,33 @@ def draw_figure(figure: Mapping[str, Any], runs: pd.DataFrame, out_dir: Path) ->
         last = max((int(frame.index.max()) for _, frame in logs if len(frame)), default=None)
         seeds = ", ".join(str(s) for s, _ in logs)
         unfinished = (~rows["finished"].astype(bool)).sum()
-        notes.append(f"{run['label']}: seed{'s' if len(logs) > 1 else ''} {seeds}"
-                     + (" (mean, min-max band)" if len(logs) > 1 else "")
-                     + (f", last step {last}" if last is not None else ", nothing logged")
-                     + (", unfinished" if unfinished else ""))
+        notes.append(
+            f"{run['label']}: seed{'s' if len(logs) > 1 else ''} {seeds}"
+            + (" (mean, min-max band)" if len(logs) > 1 else "")
+            + (f", last step {last}" if last is not None else ", nothing logged")
+            + (", unfinished" if unfinished else "")
+        )
         for number, panel in enumerate(panels, start=1):
             lines = _panel_data(logs, panel["series"], panel.get("smooth"))
             if lines.empty:
                 log.warning("figure %s: %s logged no %s", figure["name"], run["experiment"], panel["series"])
                 continue
-            parts.append(lines.assign(panel=number, series=panel["series"], run=run["label"],
-                                      experiment=run["experiment"]))
+            parts.append(
+                lines.assign(
+                    panel=number, series=panel["series"], run=run["label"], experiment=run["experiment"]
+                )
+            )
     data = pd.concat(parts, ignore_index=True)[CSV_COLUMNS] if parts else pd.DataFrame(columns=CSV_COLUMNS)
     drawn = pd.concat(used)
-    footer = (f"scale: {_join(drawn['scale'])}; model: {_join(drawn['model'])}. " + "; ".join(notes)
-              + (". Smoothed: rolling mean over the window given per panel (raw faint)."
-                 if any(p.get("smooth") for p in panels) else ""))
+    footer = (
+        f"scale: {_join(drawn['scale'])}; model: {_join(drawn['model'])}. "
+        + "; ".join(notes)
+        + (
+            ". Smoothed: rolling mean over the window given per panel (raw faint)."
+            if any(p.get("smooth") for p in panels)
+            else ""
+        )
+    )
     out_dir.mkdir(parents=True, exist_ok=True)
     png, csv = out_dir / f"{figure['name']}.png", out_dir / f"{figure['name']}.csv"
     _draw(figure, run_specs, panels, data, footer, png)

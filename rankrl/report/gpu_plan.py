@@ -1,7 +1,7 @@
 """GPU plan: the memory and GPU-hours of every paper-scale training stage, estimated from its composed config
 and from the token counts its smoke run measured.
 
-    python -m rankrl.report.gpu_plan rankr1                  # prints the table, writes experiments/rankr1/gpu_plan.md
+    python -m rankrl.report.gpu_plan rankr1  # prints the table, writes experiments/rankr1/gpu_plan.md
     python -m rankrl.report.gpu_plan rankr1 --gpus 8 --gpu h100-80gb
 
 The stages are the ``rankrl.train`` and ``rankrl.pipeline`` rows that ``experiments/<paper>/reproduce.sh``
@@ -68,11 +68,17 @@ class Stage:
 
 
 def estimate(stage: Stage, gpus: int, gpu: str) -> dict[str, float]:
-    """Memory per GPU (GiB) and GPU-hours of ``stage`` on ``gpus`` GPUs of kind ``gpu`` (the module's formula)."""
+    """Memory per GPU (GiB) and GPU-hours of ``stage`` on ``gpus`` GPUs of kind ``gpu`` (the module's
+    formula)."""
     peak, bandwidth, memory = GPUS[gpu]
     p, length = stage.params, stage.prompt_len or 0.0
     if stage.sft:  # supervised pairs: one forward/backward over prompt + target, no generation
-        tokens, k, gen_flops, decode_s = stage.prompts * (length + stage.completion), (4 if stage.lora else 6), 0.0, 0.0
+        tokens, k, gen_flops, decode_s = (
+            stage.prompts * (length + stage.completion),
+            (4 if stage.lora else 6),
+            0.0,
+            0.0,
+        )
     else:
         tokens = stage.prompts * length + stage.prompts * stage.group * stage.completion
         k = (4 if stage.lora else 6) + (2 if stage.beta > 0 and not stage.lora else 0)
@@ -83,8 +89,11 @@ def estimate(stage: Stage, gpus: int, gpu: str) -> dict[str, float]:
     if stage.fsdp and not stage.lora:
         train_bytes /= gpus
     vllm_bytes = max(stage.vllm_share * memory, 2 * p) if not stage.sft else 0.0
-    return {"memory_gib": (train_bytes + vllm_bytes) / 2**30, "hours": stage.steps * step_s / 3600,
-            "gpu_hours": stage.steps * step_s / 3600 * gpus}
+    return {
+        "memory_gib": (train_bytes + vllm_bytes) / 2**30,
+        "hours": stage.steps * step_s / 3600,
+        "gpu_hours": stage.steps * step_s / 3600 * gpus,
+    }
 
 
 # ---------------------------------------------------------------------------------------------------- stages
@@ -93,8 +102,14 @@ def estimate(stage: Stage, gpus: int, gpu: str) -> dict[str, float]:
 def paper_commands(paper: str) -> list[list[str]]:
     """The training and pipeline commands of ``experiments/<paper>/reproduce.sh`` at PROFILE=paper."""
     env = {**os.environ, "DRY_RUN": "1", "PROFILE": "paper"}
-    out = subprocess.run(["bash", f"experiments/{paper}/reproduce.sh"], cwd=REPO_ROOT, env=env, check=True,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["bash", f"experiments/{paper}/reproduce.sh"],
+        cwd=REPO_ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     commands = [shlex.split(line) for line in out.splitlines() if line.strip()]
     return [c for c in commands if any(a in ("rankrl.train", "rankrl.pipeline") for a in c)]
 
@@ -113,20 +128,30 @@ def _overrides(command: list[str]) -> tuple[list[str], int]:
     return out, runs
 
 
-# data sets and retrievers whose smoke runs stand in for those the smoke does not run (WANDS is not on the build
-# machines; the other CLIPs read the same prompts): the table marks such rows
-SMOKE_STAND_INS = {"_wands": "_dlpools", "clip-vit-b32": "clip-vit-b16", "clip-vit-l14": "clip-vit-b16",
-                   "cogr_shared_": "cogr_", "cogr_nosft_": "cogr_"}  # the CoGR ablations' prompts are CoGR's
+# data sets and retrievers whose smoke runs stand in for those the smoke does not run (WANDS is not on the
+# build machines; the other CLIPs read the same prompts): the table marks such rows
+SMOKE_STAND_INS = {
+    "_wands": "_dlpools",
+    "clip-vit-b32": "clip-vit-b16",
+    "clip-vit-l14": "clip-vit-b16",
+    "cogr_shared_": "cogr_",
+    "cogr_nosft_": "cogr_",
+}  # the CoGR ablations' prompts are CoGR's
 # (a sweep point of another benchmark reads the benchmark the smoke ran, and is marked too)
 
 
 def _mean_prompt_len(log: Path) -> float | None:
-    values = [r["prompt_length/mean"] for r in map(json.loads, log.read_text().splitlines()) if "prompt_length/mean" in r]
+    values = [
+        r["prompt_length/mean"]
+        for r in map(json.loads, log.read_text().splitlines())
+        if "prompt_length/mean" in r
+    ]
     return sum(values) / len(values) if values else None
 
 
-def _smoke_prompt_len(runs_dir: Path, experiment: str, stage: str | None,
-                      benchmark: str | None = None) -> tuple[float | None, bool]:
+def _smoke_prompt_len(
+    runs_dir: Path, experiment: str, stage: str | None, benchmark: str | None = None
+) -> tuple[float | None, bool]:
     """Mean prompt tokens of a smoke run of ``experiment`` (any model and sweep point: they share the smoke
     tokenizer): its stage ``stage`` (a paper schedule's later rounds read the smoke's first round of the same
     stage), else any of its GRPO stages; and whether a stand-in experiment's run was used."""
@@ -143,7 +168,9 @@ def _smoke_prompt_len(runs_dir: Path, experiment: str, stage: str | None,
         for log in preferred:
             length = _mean_prompt_len(log)
             if length is not None:
-                return length, name != experiment or bool(benchmark and f"benchmark={benchmark}" not in str(log))
+                return length, name != experiment or bool(
+                    benchmark and f"benchmark={benchmark}" not in str(log)
+                )
     return None, False
 
 
@@ -169,12 +196,17 @@ def rows(paper: str, smoke_runs: Path) -> list[Row]:
         overrides, runs = _overrides(command)
         cfg = compose(overrides)
         if "rankrl.pipeline" in command:
-            plan = [(s.name, s.overrides) for s in expand(OmegaConf.to_container(cfg.pipeline, resolve=True))
-                    if s.entry == "train"]
+            plan = [
+                (s.name, s.overrides)
+                for s in expand(OmegaConf.to_container(cfg.pipeline, resolve=True))
+                if s.entry == "train"
+            ]
         else:
             plan = [(None, [])]
         swept = [a.split("=", 1)[1] for a in overrides if a.startswith("benchmark=")]
-        axes = [a.split("=", 1)[0] for a in command if "," in a.partition("=")[2] and not a.startswith("hydra.")]
+        axes = [
+            a.split("=", 1)[0] for a in command if "," in a.partition("=")[2] and not a.startswith("hydra.")
+        ]
         label = f" ({swept[0]})" if swept else f" (sweep over {', '.join(axes)})" if axes else ""
         row = Row(cfg.experiment_name + label, cfg.model.name, runs, [])
         found.append(row)
@@ -185,64 +217,100 @@ def rows(paper: str, smoke_runs: Path) -> list[Row]:
         for name, extra in plan:
             trainer = (compose([*extra, *overrides]) if extra else cfg).trainer
             sft = str(trainer._target_).endswith("SFTStep")
-            length, row.stand_in = _smoke_prompt_len(smoke_runs, cfg.experiment_name, name, swept[0] if swept else None)
-            row.stages.append(Stage(
-                row=name or cfg.experiment_name, model=cfg.model.name, params=params,
-                lora=bool(cfg.model.lora), steps=-1 if sft and trainer.get("epochs") else int(trainer.max_steps),
-                prompts=int(trainer.examples_per_step if sft else trainer.prompts_per_step),
-                group=int(trainer.group_size), completion=int(trainer.sampling.max_new_tokens), prompt_len=length,
-                beta=float(trainer.beta), fsdp=trainer.strategy == "fsdp",
-                vllm_share=float(cfg.rollout.get("gpu_memory_utilization", 0.35)), sft=sft))
+            length, row.stand_in = _smoke_prompt_len(
+                smoke_runs, cfg.experiment_name, name, swept[0] if swept else None
+            )
+            row.stages.append(
+                Stage(
+                    row=name or cfg.experiment_name,
+                    model=cfg.model.name,
+                    params=params,
+                    lora=bool(cfg.model.lora),
+                    steps=-1 if sft and trainer.get("epochs") else int(trainer.max_steps),
+                    prompts=int(trainer.examples_per_step if sft else trainer.prompts_per_step),
+                    group=int(trainer.group_size),
+                    completion=int(trainer.sampling.max_new_tokens),
+                    prompt_len=length,
+                    beta=float(trainer.beta),
+                    fsdp=trainer.strategy == "fsdp",
+                    vllm_share=float(cfg.rollout.get("gpu_memory_utilization", 0.35)),
+                    sft=sft,
+                )
+            )
     return found
 
 
 def table(paper: str, smoke_runs: Path, gpus: int, gpu: str) -> str:
-    lines = [f"GPU plan for {paper}: every training row of `make reproduce-{paper} PROFILE=paper` on {gpus} x {gpu}, "
-             f"MFU {MFU} assumed. Estimates by `python -m rankrl.report.gpu_plan {paper}` (the formula is in its "
-             f"docstring), with the prompt lengths L that the smoke runs measured (`make smoke-{paper}`); SFT "
-             "stages sized in epochs are not counted (their steps depend on the data size).", "",
-             "| row | model | params | LoRA | runs | GRPO stages x steps | B x G | L (smoke) | C (max) | "
-             "memory/GPU (GiB, no activations) | GPU-hours (all runs) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"GPU plan for {paper}: every training row of `make reproduce-{paper} PROFILE=paper` "
+        f"on {gpus} x {gpu}, "
+        f"MFU {MFU} assumed. Estimates by `python -m rankrl.report.gpu_plan {paper}` (the formula is in its "
+        f"docstring), with the prompt lengths L that the smoke runs measured (`make smoke-{paper}`); SFT "
+        "stages sized in epochs are not counted (their steps depend on the data size).",
+        "",
+        "| row | model | params | LoRA | runs | GRPO stages x steps | B x G | L (smoke) | C (max) | "
+        "memory/GPU (GiB, no activations) | GPU-hours (all runs) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     found = rows(paper, smoke_runs)
     for row in found:
         if not row.stages:
-            lines.append(f"| {row.experiment} | {row.model} | ? | | {row.runs} | | | | | | not estimated: its "
-                         "architecture is not in rankrl.models.PAPER_CONFIGS |")
+            lines.append(
+                f"| {row.experiment} | {row.model} | ? | | {row.runs} | | | | | | not estimated: its "
+                "architecture is not in rankrl.models.PAPER_CONFIGS |"
+            )
             continue
         grpo = [s for s in row.stages if not s.sft and s.steps > 0]
         first = row.stages[0]
         if not grpo or grpo[0].prompt_len is None:
             why = "no smoke run measured L" if grpo else "SFT stages only, sized in epochs"
-            lines.append(f"| {row.experiment} | {row.model} | {first.params / 1e9:.2f}B | {'yes' if first.lora else 'no'} "
-                         f"| {row.runs} | {len(grpo)} | | | | | not estimated: {why} |")
+            lines.append(
+                f"| {row.experiment} | {row.model} | {first.params / 1e9:.2f}B | "
+                f"{'yes' if first.lora else 'no'} "
+                f"| {row.runs} | {len(grpo)} | | | | | not estimated: {why} |"
+            )
             continue
         known = [s for s in row.stages if s.steps > 0 and s.prompt_len is not None]
         est = [estimate(s, gpus, gpu) for s in known]
+
         def distinct(values: list) -> str:  # e.g. CoGR's query and item stages: "9/840"
             return "/".join(dict.fromkeys(map(str, values)))
 
         lines.append(
-            f"| {row.experiment} | {row.model} | {first.params / 1e9:.2f}B | {'yes' if first.lora else 'no'} | "
+            f"| {row.experiment} | {row.model} | {first.params / 1e9:.2f}B | "
+            f"{'yes' if first.lora else 'no'} | "
             f"{row.runs} | {len(grpo)} x {distinct([s.steps for s in grpo])} | "
             f"{distinct([f'{s.prompts} x {s.group}' for s in grpo])} | "
-            f"{distinct([round(s.prompt_len) for s in grpo if s.prompt_len])}{' *' if row.stand_in else ''} | "
+            f"{distinct([round(s.prompt_len) for s in grpo if s.prompt_len])}"
+            f"{' *' if row.stand_in else ''} | "
             f"{distinct([s.completion for s in grpo])} | "
-            f"{math.ceil(max(e['memory_gib'] for e in est))} | {sum(e['gpu_hours'] for e in est) * row.runs:.1f} |")
+            f"{math.ceil(max(e['memory_gib'] for e in est))} | "
+            f"{sum(e['gpu_hours'] for e in est) * row.runs:.1f} |"
+        )
     if any(r.stand_in for r in found):
-        lines.append("\n\\* L from the smoke run of a stand-in (" +
-                     ", ".join(f"{b} for {a}" for a, b in SMOKE_STAND_INS.items()) + ", or another benchmark "
-                     "of the same sweep): the smoke did not run this one. Where a smoke cuts the prompts (CoGR: item "
-                     "descriptions at 64 words, paper 256) L is low.")
+        lines.append(
+            "\n\\* L from the smoke run of a stand-in ("
+            + ", ".join(f"{b} for {a}" for a, b in SMOKE_STAND_INS.items())
+            + ", or another benchmark "
+            "of the same sweep): the smoke did not run this one. Where a smoke cuts the prompts (CoGR: item "
+            "descriptions at 64 words, paper 256) L is low."
+        )
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m rankrl.report.gpu_plan", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m rankrl.report.gpu_plan", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("paper", choices=["rankr1", "grape", "fgrpo", "cogr"])
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--gpu", choices=sorted(GPUS), default="h100-80gb")
-    parser.add_argument("--smoke-runs", type=Path, default=REPO_ROOT / "outputs" / "smoke",
-                        help="the smoke runs (make smoke-<paper>) that measured the prompt lengths")
+    parser.add_argument(
+        "--smoke-runs",
+        type=Path,
+        default=REPO_ROOT / "outputs" / "smoke",
+        help="the smoke runs (make smoke-<paper>) that measured the prompt lengths",
+    )
     parser.add_argument("--out", type=Path, default=None, help="default: experiments/<paper>/gpu_plan.md")
     args = parser.parse_args(argv)
     text = table(args.paper, args.smoke_runs, args.gpus, args.gpu)

@@ -114,7 +114,8 @@ def corpus_fingerprint(
 
 
 def default_cache_dir() -> Path:
-    """The one cache folder, as ``paths.cache_dir`` in conf/paths: ``$RANKRL_CACHE_DIR``, else ``<repo>/.cache``.
+    """The one cache folder, as ``paths.cache_dir`` in conf/paths: ``$RANKRL_CACHE_DIR``, else
+    ``<repo>/.cache``.
 
     Entry points pass ``paths.cache_dir`` explicitly; this default serves library use outside them.
     """

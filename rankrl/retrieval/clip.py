@@ -33,8 +33,10 @@ class ClipWeightsMissing(EnvironmentProblem):
 def download_command(arch: str, pretrained: str, weights_dir: str | Path | None) -> str:
     """The command that fetches open_clip weights into ``weights_dir`` on a machine with internet."""
     cache = f", cache_dir={str(weights_dir)!r}" if weights_dir else ""
-    return (f"python -c \"import open_clip; open_clip.create_model_and_transforms({arch!r}, "
-            f"pretrained={pretrained!r}{cache})\"")
+    return (
+        f'python -c "import open_clip; open_clip.create_model_and_transforms({arch!r}, '
+        f'pretrained={pretrained!r}{cache})"'
+    )
 
 
 def batched(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
@@ -93,7 +95,8 @@ class ClipRetriever:
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         try:
             model, _, preprocess = open_clip.create_model_and_transforms(
-                arch, pretrained=pretrained, cache_dir=str(weights_dir) if weights_dir else None)
+                arch, pretrained=pretrained, cache_dir=str(weights_dir) if weights_dir else None
+            )
         except RuntimeError as err:  # open_clip's "Failed to download weights for tag ..."
             if pretrained is None or "download" not in str(err).lower():
                 raise
@@ -101,7 +104,8 @@ class ClipRetriever:
                 f"open_clip weights {arch} pretrained={pretrained!r} are not on this machine and cannot be "
                 "downloaded here; on a machine with internet run "
                 f"`{download_command(arch, pretrained, weights_dir)}` "
-                f"and copy the folder, or set retriever.pretrained=<path to the checkpoint file>") from None
+                f"and copy the folder, or set retriever.pretrained=<path to the checkpoint file>"
+            ) from None
         self.model = model.to(self.device).eval()
         self.preprocess = preprocess
         self.tokenizer = open_clip.get_tokenizer(arch)
@@ -150,8 +154,14 @@ class ClipRetriever:
         def encode(rows: range) -> np.ndarray:
             return self.encode_images([load_image(docs[i]) for i in rows])
 
-        return cached_vectors(cache, key, ids, encode,
-                              batch_size=self.batch_size, desc=f"encoding {len(ids)} images with {self.arch}")
+        return cached_vectors(
+            cache,
+            key,
+            ids,
+            encode,
+            batch_size=self.batch_size,
+            desc=f"encoding {len(ids)} images with {self.arch}",
+        )
 
     def index(self, docs: Sequence[Document]) -> None:
         """Encode the images of ``docs`` and index them; replaces any previous corpus."""

@@ -88,8 +88,14 @@ class DenseRetriever:
         ids = check_unique_ids(d.docid for d in docs)
         texts = [document_text(d) for d in docs]
         key = f"{self.model_key}-{corpus_fingerprint(docs, {'model': self.model_path})}"
-        return cached_vectors(self.cache_dir, key, ids, lambda rows: self.encode([texts[i] for i in rows]),
-                              batch_size=max(self.batch_size, 256), desc=f"encoding {len(ids)} documents")
+        return cached_vectors(
+            self.cache_dir,
+            key,
+            ids,
+            lambda rows: self.encode([texts[i] for i in rows]),
+            batch_size=max(self.batch_size, 256),
+            desc=f"encoding {len(ids)} documents",
+        )
 
     def index(self, docs: Sequence[Document]) -> None:
         """Encode ``docs`` (title and text) and index them; replaces any previous corpus."""

@@ -6,15 +6,21 @@ so its run is built here with one Lucene index per task, each query's ``excluded
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rankrl.data.records import Benchmark, Run
 from rankrl.retrieval.base import search_excluding
 
 
-def ensure_run(benchmark: Benchmark, name: str = "bm25", depth: int = 100,
-               retriever: Callable[..., Any] | None = None, cache_dir: str | Path | None = None) -> Run:
+def ensure_run(
+    benchmark: Benchmark,
+    name: str = "bm25",
+    depth: int = 100,
+    retriever: Callable[..., Any] | None = None,
+    cache_dir: str | Path | None = None,
+) -> Run:
     """``benchmark.runs[name]``, built over the corpus and cached on it if absent.
 
     ``retriever(docs, cache_dir=..., name=...)`` builds the index (the ``retriever`` config group's partial,
@@ -25,8 +31,10 @@ def ensure_run(benchmark: Benchmark, name: str = "bm25", depth: int = 100,
     if name in benchmark.runs:
         return benchmark.runs[name]
     if name != "bm25":
-        raise ValueError(f"benchmark {benchmark.name!r} has no run {name!r} and only 'bm25' can be built; "
-                         f"shipped runs: {sorted(benchmark.runs) or 'none'}")
+        raise ValueError(
+            f"benchmark {benchmark.name!r} has no run {name!r} and only 'bm25' can be built; "
+            f"shipped runs: {sorted(benchmark.runs) or 'none'}"
+        )
     from rankrl.retrieval.bm25 import PyseriniBM25
 
     docs = list(benchmark.corpus.values())

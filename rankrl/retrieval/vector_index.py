@@ -112,8 +112,13 @@ class VectorIndex:
             self._centroid = self.vectors.mean(axis=0, dtype=np.float64).astype(np.float32)
         return self._centroid
 
-    def search(self, qids: Sequence[str], query_vectors: np.ndarray, k: int,
-               excluded: Mapping[str, Sequence[str]] | None = None) -> Run:
+    def search(
+        self,
+        qids: Sequence[str],
+        query_vectors: np.ndarray,
+        k: int,
+        excluded: Mapping[str, Sequence[str]] | None = None,
+    ) -> Run:
         """Top-``k`` items per query by cosine similarity, each query's ``excluded`` items left out.
 
         Args:
@@ -150,8 +155,12 @@ class VectorIndex:
         targets = self.vectors[self.target_rows(target_ids)]  # (B, d)
         return np.einsum("bd,bd->b", l2_normalize(query_vectors), targets)
 
-    def rank_of(self, query_vectors: np.ndarray, target_ids: Sequence[str],
-                excluded: Sequence[Sequence[str]] | None = None) -> np.ndarray:
+    def rank_of(
+        self,
+        query_vectors: np.ndarray,
+        target_ids: Sequence[str],
+        excluded: Sequence[Sequence[str]] | None = None,
+    ) -> np.ndarray:
         """(B,) 1-based rank of each query's target among all N items (1 = most similar), ties pessimistic.
 
         Rank = the number of items at least as similar as the target (itself included), minus excluded
@@ -164,14 +173,23 @@ class VectorIndex:
         rank = (scores >= target[:, None]).sum(axis=1)
         return rank - self._excluded_above(scores, target, excluded)
 
-    def best_rank_of(self, query_vectors: np.ndarray, target_sets: Sequence[Sequence[str]],
-                     excluded: Sequence[Sequence[str]] | None = None) -> np.ndarray:
+    def best_rank_of(
+        self,
+        query_vectors: np.ndarray,
+        target_sets: Sequence[Sequence[str]],
+        excluded: Sequence[Sequence[str]] | None = None,
+    ) -> np.ndarray:
         """(B,) rank of the best-ranked of each query's targets (several relevant items), ties pessimistic."""
         return self.probe(query_vectors, target_sets, excluded, others=False).rank
 
-    def probe(self, query_vectors: np.ndarray, target_sets: Sequence[Sequence[str]],
-              excluded: Sequence[Sequence[str]] | None = None, others: bool = True,
-              every_target: bool = False) -> ProbeScores:
+    def probe(
+        self,
+        query_vectors: np.ndarray,
+        target_sets: Sequence[Sequence[str]],
+        excluded: Sequence[Sequence[str]] | None = None,
+        others: bool = True,
+        every_target: bool = False,
+    ) -> ProbeScores:
         """Rank and similarities of each query's best target, from one matrix product.
 
         Args:
@@ -219,8 +237,9 @@ class VectorIndex:
         owner = np.repeat(np.arange(len(sets)), [len(e) for e in sets])
         return owner, self.target_rows([x for e in sets for x in e])
 
-    def _excluded_above(self, scores: np.ndarray, target: np.ndarray,
-                        excluded: Sequence[Sequence[str]] | None) -> np.ndarray:
+    def _excluded_above(
+        self, scores: np.ndarray, target: np.ndarray, excluded: Sequence[Sequence[str]] | None
+    ) -> np.ndarray:
         """(B,) how many of each query's excluded items score at least as high as its target."""
         out = np.zeros(len(scores), dtype=np.int64)
         if not excluded:
@@ -248,8 +267,13 @@ def load_vectors(folder: Path) -> VectorIndex:
     return VectorIndex(ids, vectors, normalized=True)
 
 
-def save_vectors(folder: Path, ids: Sequence[str], encode: Callable[[range], np.ndarray], batch_size: int,
-                 desc: str = "encoding") -> None:
+def save_vectors(
+    folder: Path,
+    ids: Sequence[str],
+    encode: Callable[[range], np.ndarray],
+    batch_size: int,
+    desc: str = "encoding",
+) -> None:
     """Encode items batch by batch straight into ``folder/vectors.npy`` (normalised float32), with a
     progress bar, then write ``ids.json``. ``encode(positions)`` returns the (b, d) vectors of the items at
     those positions. The folder appears only when complete (built beside it, then renamed)."""
@@ -265,8 +289,9 @@ def save_vectors(folder: Path, ids: Sequence[str], encode: Callable[[range], np.
             positions = range(start, min(start + batch_size, len(ids)))
             vectors = l2_normalize(encode(positions))  # (b, d)
             if out is None:  # the width is known once the first batch is encoded
-                out = np.lib.format.open_memmap(work / VECTORS_FILE, mode="w+", dtype=np.float32,
-                                                shape=(len(ids), vectors.shape[1]))
+                out = np.lib.format.open_memmap(
+                    work / VECTORS_FILE, mode="w+", dtype=np.float32, shape=(len(ids), vectors.shape[1])
+                )
             out[positions.start : positions.stop] = vectors
         out.flush()
         del out
@@ -280,17 +305,23 @@ def save_vectors(folder: Path, ids: Sequence[str], encode: Callable[[range], np.
         shutil.rmtree(work, ignore_errors=True)
 
 
-def cached_vectors(cache_dir: str | Path | None, key: str, ids: Sequence[str],
-                   encode: Callable[[range], np.ndarray], batch_size: int = 64,
-                   desc: str = "encoding") -> VectorIndex:
+def cached_vectors(
+    cache_dir: str | Path | None,
+    key: str,
+    ids: Sequence[str],
+    encode: Callable[[range], np.ndarray],
+    batch_size: int = 64,
+    desc: str = "encoding",
+) -> VectorIndex:
     """The index of ``ids`` under ``<cache_dir>/vectors/<key>``, encoded once (see ``save_vectors``).
 
     ``key`` must identify the encoder and the corpus content (e.g. ``clip-ViT-B-16-openai-<corpus hash>``).
     ``cache_dir=None`` encodes into memory and caches nothing.
     """
     if cache_dir is None:
-        vectors = np.concatenate([encode(range(s, min(s + batch_size, len(ids))))
-                                  for s in range(0, len(ids), batch_size)])
+        vectors = np.concatenate(
+            [encode(range(s, min(s + batch_size, len(ids)))) for s in range(0, len(ids), batch_size)]
+        )
         return VectorIndex(ids, vectors)
     folder = Path(cache_dir) / "vectors" / key
     if not (folder / IDS_FILE).exists():
@@ -300,4 +331,3 @@ def cached_vectors(cache_dir: str | Path | None, key: str, ids: Sequence[str],
     if index.ids != list(ids):
         raise RuntimeError(f"cached index {folder} holds other ids than the corpus; delete the folder")
     return index
-

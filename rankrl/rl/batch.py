@@ -40,7 +40,7 @@ class PolicyBatch:
     prompt_len: int
     sampler_logprobs: torch.Tensor
 
-    def rows(self, start: int, stop: int) -> "PolicyBatch":
+    def rows(self, start: int, stop: int) -> PolicyBatch:
         """A micro-batch of rows [start, stop)."""
         return PolicyBatch(
             input_ids=self.input_ids[start:stop],
@@ -77,11 +77,14 @@ def to_policy_batch(rollouts: Rollouts, pad_token_id: int) -> PolicyBatch:
 
 
 def mask_positions(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Position ids from an attention mask, as ``generate`` numbers a left-padded row (padding clamped to 0)."""
+    """Position ids from an attention mask, as ``generate`` numbers a left-padded row (padding clamped
+    to 0)."""
     return (attention_mask.cumsum(-1) - 1).clamp(min=0)
 
 
-def completion_logits(model: torch.nn.Module, batch: PolicyBatch, shared_prefix: bool = False) -> torch.Tensor:
+def completion_logits(
+    model: torch.nn.Module, batch: PolicyBatch, shared_prefix: bool = False
+) -> torch.Tensor:
     """(N, T, V) logits that predict the completion tokens (columns P-1 .. P+T-2 of the sequence); with
     ``shared_prefix`` each distinct prompt is computed once (``shared_prefix_logits``)."""
     if shared_prefix:
@@ -97,7 +100,8 @@ def completion_logits(model: torch.nn.Module, batch: PolicyBatch, shared_prefix:
 
 def prompt_groups(batch: PolicyBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """(the first row of each distinct prompt, each row's prompt number): consecutive rows with the same
-    left-padded prompt share it (rollouts are prompt-major, so a micro-batch holds whole or partial groups)."""
+    left-padded prompt share it (rollouts are prompt-major, so a micro-batch holds whole or partial
+    groups)."""
     prompts = batch.input_ids[:, : batch.prompt_len]
     masks = batch.attention_mask[:, : batch.prompt_len]
     starts = torch.ones(len(batch), dtype=torch.bool)
@@ -115,8 +119,10 @@ def shared_prefix_logits(model: torch.nn.Module, batch: PolicyBatch) -> torch.Te
        to its own prompt (left padding masked) and to itself causally, at the positions it had unshared.
     """
     if getattr(_transformers_model(model), "is_gradient_checkpointing", False):
-        raise ValueError("trainer.shared_prefix needs gradient checkpointing off: transformers drops the KV "
-                         "cache inside checkpointed layers; set trainer.shared_prefix=false")
+        raise ValueError(
+            "trainer.shared_prefix needs gradient checkpointing off: transformers drops the KV "
+            "cache inside checkpointed layers; set trainer.shared_prefix=false"
+        )
     p, t = batch.prompt_len, batch.response_mask.shape[1]
     firsts, index = prompt_groups(batch)
     prompt_mask = batch.attention_mask[firsts, :p]
@@ -153,7 +159,8 @@ def _transformers_model(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def gather_logprobs(logits: torch.Tensor, batch: PolicyBatch, temperature: float = 1.0) -> torch.Tensor:
-    """(N, T) log-prob of each completion token under ``logits / temperature``, 0 where ``response_mask`` is 0."""
+    """(N, T) log-prob of each completion token under ``logits / temperature``, 0 where ``response_mask``
+    is 0."""
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
     targets = batch.input_ids[:, batch.prompt_len :]
@@ -161,8 +168,9 @@ def gather_logprobs(logits: torch.Tensor, batch: PolicyBatch, temperature: float
     return logps * batch.response_mask
 
 
-def token_logprobs(model: torch.nn.Module, batch: PolicyBatch, temperature: float = 1.0,
-                   shared_prefix: bool = False) -> torch.Tensor:
+def token_logprobs(
+    model: torch.nn.Module, batch: PolicyBatch, temperature: float = 1.0, shared_prefix: bool = False
+) -> torch.Tensor:
     """Log-prob of each completion token under ``model``: (N, T), 0 where ``response_mask`` is 0.
 
     Logits are divided by the sampling temperature, as the sampler's were, so ratios compare like with like.
@@ -171,7 +179,9 @@ def token_logprobs(model: torch.nn.Module, batch: PolicyBatch, temperature: floa
 
 
 @torch.no_grad()
-def sampled_distribution_logprobs(logits: torch.Tensor, batch: PolicyBatch, sampling: SamplingParams) -> torch.Tensor:
+def sampled_distribution_logprobs(
+    logits: torch.Tensor, batch: PolicyBatch, sampling: SamplingParams
+) -> torch.Tensor:
     """(N, T) log-probs of the completion tokens under the distribution the engines sample from: temperature,
     then top-k / top-p, renormalized (the engines' convention, ``rankrl.rollout.hf``). It equals
     ``gather_logprobs`` without top-k/top-p; with them it is what the engine/trainer mismatch is measured

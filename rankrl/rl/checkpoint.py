@@ -143,8 +143,9 @@ def load_checkpoint(ckpt: Path, policy: torch.nn.Module, optimizer: torch.optim.
     state = load_trainer_state(ckpt)
     if ddp.is_sharded(policy):
         if not (ckpt / SHARDED).is_dir():
-            raise FileNotFoundError(f"{ckpt} was not written by an FSDP run (no {SHARDED}/); resume it with "
-                                    "trainer.strategy=ddp")
+            raise FileNotFoundError(
+                f"{ckpt} was not written by an FSDP run (no {SHARDED}/); resume it with trainer.strategy=ddp"
+            )
         _load_sharded(ckpt / SHARDED, policy, optimizer)
     else:
         load_policy_weights(policy, ckpt / "policy")
@@ -153,8 +154,11 @@ def load_checkpoint(ckpt: Path, policy: torch.nn.Module, optimizer: torch.optim.
         elif "optimizer" in state:  # written before the optimizer state had its own file
             optimizer.load_state_dict(state["optimizer"])
         else:
-            log.warning("%s holds no optimizer state (its run had finished and kept the weights only, see "
-                        "trainer.keep_checkpoints_when_done): the optimizer starts afresh", ckpt)
+            log.warning(
+                "%s holds no optimizer state (its run had finished and kept the weights only, see "
+                "trainer.keep_checkpoints_when_done): the optimizer starts afresh",
+                ckpt,
+            )
     rng = ckpt / f"rng_rank{ddp.rank()}.pt"
     if not rng.exists():
         raise FileNotFoundError(f"{rng} is missing: {ckpt} was written by a run with fewer ranks")
@@ -205,8 +209,10 @@ def write_manifest(ckpt: Path) -> Path:
     under ``ckpt``: relative path, size and sha256. Called last, when all the checkpoint's files exist."""
     skip = (ckpt / MANIFEST, ckpt / (MANIFEST + ".tmp"))
     listed = sorted(p for p in ckpt.rglob("*") if p.is_file() and p not in skip)
-    files = [{"path": p.relative_to(ckpt).as_posix(), "size": p.stat().st_size, "sha256": _sha256(p)}
-             for p in listed]
+    files = [
+        {"path": p.relative_to(ckpt).as_posix(), "size": p.stat().st_size, "sha256": _sha256(p)}
+        for p in listed
+    ]
     return _write_manifest_file(ckpt, {"version": MANIFEST_VERSION, "files": files})
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Optional
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -62,7 +62,8 @@ class TrainerConfig:
         sampling: rollout sampling settings.
         shared_prefix: compute each group's prompt once in the update's forwards (policy, old and reference
             log-probs), its keys and values shared by the group's G completions (``rankrl.rl.batch``); false:
-            G full copies of each prompt, as TRL. Equal up to float rounding; needs gradient checkpointing off.
+            G full copies of each prompt, as TRL. Equal up to float rounding; needs gradient checkpointing
+            off.
 
     SFT (``rankrl.rl.steps.SFTStep``):
         examples_per_step: SFT pairs per optimizer step.
@@ -96,7 +97,7 @@ class TrainerConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     shared_prefix: bool = True
     examples_per_step: int = 8
-    epochs: Optional[float] = None
+    epochs: float | None = None
 
     @property
     def kind(self) -> str:
@@ -120,8 +121,14 @@ class TrainerConfig:
             self.sampling = replace(self.sampling, stop=tuple(self.sampling.stop))
         if self._target_ not in STEP_TYPES:
             raise ConfigError(f"trainer._target_={self._target_!r}; valid: {', '.join(STEP_TYPES)}")
-        positive = ("max_steps", "micro_batch_size", "prompts_per_step", "group_size", "num_iterations",
-                    "examples_per_step")
+        positive = (
+            "max_steps",
+            "micro_batch_size",
+            "prompts_per_step",
+            "group_size",
+            "num_iterations",
+            "examples_per_step",
+        )
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"trainer.{name} must be >= 1, got {getattr(self, name)}")
@@ -131,10 +138,13 @@ class TrainerConfig:
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ConfigError(f"trainer.lr must be a positive number, got {self.lr}")
         if self.lr_scheduler not in LR_SCHEDULERS:
-            raise ConfigError(f"trainer.lr_scheduler={self.lr_scheduler!r}; valid: {', '.join(LR_SCHEDULERS)}")
+            raise ConfigError(
+                f"trainer.lr_scheduler={self.lr_scheduler!r}; valid: {', '.join(LR_SCHEDULERS)}"
+            )
         if not (0 <= self.eps_low < 1 and self.eps_high >= 0):
             raise ConfigError(
-                f"trainer.eps_low must be in [0, 1) and eps_high >= 0, got {self.eps_low}, {self.eps_high}")
+                f"trainer.eps_low must be in [0, 1) and eps_high >= 0, got {self.eps_low}, {self.eps_high}"
+            )
         if self.beta < 0:
             raise ConfigError(f"trainer.beta must be >= 0, got {self.beta}")
         if self.epochs is not None and not self.epochs > 0:
@@ -149,7 +159,7 @@ class TrainerConfig:
         except ValueError as err:
             raise ConfigError(f"trainer: {err}") from None
 
-    def with_epochs(self, num_examples: int) -> "TrainerConfig":
+    def with_epochs(self, num_examples: int) -> TrainerConfig:
         """This config with ``max_steps`` derived from ``epochs`` (unchanged when epochs is null)."""
         if self.epochs is None:
             return self
@@ -171,15 +181,20 @@ def typed_node(node: DictConfig | dict, cls: type, prefix: str, keep_target: boo
     sampling = plain.pop("sampling", None)
     unknown = sorted(set(plain) - set(_schema_fields(cls)))
     if unknown:
-        raise ConfigError(f"{prefix}: unknown key(s) {unknown} for {cls.__name__}; valid: "
-                          f"{', '.join(_schema_fields(cls))}")
+        raise ConfigError(
+            f"{prefix}: unknown key(s) {unknown} for {cls.__name__}; valid: {', '.join(_schema_fields(cls))}"
+        )
     schema = OmegaConf.structured(cls)
     for key, value in plain.items():
         try:
             OmegaConf.update(schema, key, value, merge=True)
         except OmegaConfBaseException:
-            expected = getattr(cls.__dataclass_fields__[key].type, "__name__", cls.__dataclass_fields__[key].type)
-            raise ConfigError(f"{prefix + '.' if prefix else ''}{key}: expected {expected}, got {value!r}") from None
+            expected = getattr(
+                cls.__dataclass_fields__[key].type, "__name__", cls.__dataclass_fields__[key].type
+            )
+            raise ConfigError(
+                f"{prefix + '.' if prefix else ''}{key}: expected {expected}, got {value!r}"
+            ) from None
     out = OmegaConf.to_container(schema, resolve=True)
     out.pop("sampling", None)
     if sampling is not None:

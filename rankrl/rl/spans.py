@@ -38,9 +38,12 @@ class SpanBatch:
     masks: dict[str, Tensor]
     weights: dict[str, float]
 
-    def rows(self, start: int, stop: int) -> "SpanBatch":
-        return SpanBatch({k: v[start:stop] for k, v in self.advantages.items()},
-                         {k: v[start:stop] for k, v in self.masks.items()}, self.weights)
+    def rows(self, start: int, stop: int) -> SpanBatch:
+        return SpanBatch(
+            {k: v[start:stop] for k, v in self.advantages.items()},
+            {k: v[start:stop] for k, v in self.masks.items()},
+            self.weights,
+        )
 
     def token_advantages(self) -> Tensor:
         """(N, T) sum_k lambda_k * A_k * mask_k: the per-token view (for logging and inspection)."""
@@ -81,7 +84,7 @@ def incremental_char_ends(completion_ids: Sequence[int], tokenizer: Any, text: s
     ids = list(completion_ids)
     before = ""  # the decoded context ids[prefix:read]; it changes only when the window moves
     for i in range(len(ids)):
-        after = tokenizer.decode(ids[prefix:i + 1], skip_special_tokens=True)
+        after = tokenizer.decode(ids[prefix : i + 1], skip_special_tokens=True)
         if len(after) > len(before) and not after.endswith("\ufffd"):
             released += len(after) - len(before)
             prefix, read = read, i + 1
@@ -108,15 +111,22 @@ def span_token_mask(char_ends: Sequence[int], char_range: CharRange | None, widt
     return mask
 
 
-def span_masks(spans: Mapping[str, Span], completion_ids: Sequence[Sequence[int]], texts: Sequence[str],
-               tokenizer: Any, width: int) -> dict[str, Tensor]:
+def span_masks(
+    spans: Mapping[str, Span],
+    completion_ids: Sequence[Sequence[int]],
+    texts: Sequence[str],
+    tokenizer: Any,
+    width: int,
+) -> dict[str, Tensor]:
     """span name -> (N, width) token masks from the spans' character ranges."""
     ends = []
     for ids, text in zip(completion_ids, texts):
         found = token_char_ends(ids, tokenizer, text)
         ends.append(found if found is not None else incremental_char_ends(ids, tokenizer, text))
-    return {name: torch.stack([span_token_mask(e, r, width) for e, r in zip(ends, span.ranges)])
-            for name, span in spans.items()}
+    return {
+        name: torch.stack([span_token_mask(e, r, width) for e, r in zip(ends, span.ranges)])
+        for name, span in spans.items()
+    }
 
 
 def span_advantages(spans: Mapping[str, Span], estimator: str, group_size: int) -> dict[str, Tensor]:
@@ -126,9 +136,11 @@ def span_advantages(spans: Mapping[str, Span], estimator: str, group_size: int) 
 
 
 def span_weights(names: Sequence[str], configured: Mapping[str, float]) -> dict[str, float]:
-    """lambda_k per span (1.0 unless configured); a weight for a span the task does not produce is an error."""
+    """lambda_k per span (1.0 unless configured); a weight for a span the task does not produce is an
+    error."""
     unknown = set(configured) - set(names)
     if unknown:
-        raise ValueError(f"trainer.span_weights names {sorted(unknown)}, but the task's spans are "
-                         f"{sorted(names)}")
+        raise ValueError(
+            f"trainer.span_weights names {sorted(unknown)}, but the task's spans are {sorted(names)}"
+        )
     return {name: float(configured.get(name, 1.0)) for name in names}

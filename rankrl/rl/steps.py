@@ -14,15 +14,22 @@ is a class here and a YAML file, with no change to the loop.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
 import torch
 
 from rankrl import distributed as ddp
 from rankrl.rl.advantages import get_advantage_fn
-from rankrl.rl.batch import (PolicyBatch, completion_logits, gather_logprobs, sampled_distribution_logprobs,
-                             to_policy_batch, token_logprobs)
+from rankrl.rl.batch import (
+    PolicyBatch,
+    completion_logits,
+    gather_logprobs,
+    sampled_distribution_logprobs,
+    to_policy_batch,
+    token_logprobs,
+)
 from rankrl.rl.config import TrainerConfig
 from rankrl.rl.losses import count_loss_items, policy_loss
 from rankrl.rl.spans import SpanBatch, span_advantages, span_masks, span_weights
@@ -62,7 +69,9 @@ def register_step(cls: Callable[..., Step]) -> Callable[..., Step]:
 def build_step(cfg: TrainerConfig, **parts: Any) -> Step:
     """The step type ``cfg._target_`` names, built from ``parts`` (policy, model, tokenizer, task, ...)."""
     if cfg._target_ not in _STEPS:
-        raise ValueError(f"trainer._target_={cfg._target_!r} is no registered step; valid: {', '.join(_STEPS)}")
+        raise ValueError(
+            f"trainer._target_={cfg._target_!r} is no registered step; valid: {', '.join(_STEPS)}"
+        )
     return _STEPS[cfg._target_](cfg=cfg, **parts)
 
 
@@ -83,8 +92,16 @@ class GRPOStep:
         ref_model: frozen reference for the KL term; None with LoRA uses the adapter-off policy.
     """
 
-    def __init__(self, cfg: TrainerConfig, policy: torch.nn.Module, model: torch.nn.Module, tokenizer: Any,
-                 engine: RolloutEngine, task: TrainTask, ref_model: torch.nn.Module | None = None) -> None:
+    def __init__(
+        self,
+        cfg: TrainerConfig,
+        policy: torch.nn.Module,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        engine: RolloutEngine,
+        task: TrainTask,
+        ref_model: torch.nn.Module | None = None,
+    ) -> None:
         if engine is None:
             raise ValueError("GRPO samples its completions: pass a rollout engine")
         self.cfg, self.policy, self.model, self.tokenizer = cfg, policy, model, tokenizer
@@ -100,7 +117,9 @@ class GRPOStep:
         cfg = self.cfg
         t0 = time.perf_counter()
         examples = [self.examples[i] for i in indices]
-        rollouts = self.engine.generate([ex.messages for ex in examples], n=cfg.group_size, sampling=cfg.sampling)
+        rollouts = self.engine.generate(
+            [ex.messages for ex in examples], n=cfg.group_size, sampling=cfg.sampling
+        )
         t_gen = time.perf_counter() - t0
 
         rows = [ex for ex in examples for _ in range(cfg.group_size)]
@@ -112,9 +131,15 @@ class GRPOStep:
         stats = self.update(batch, advantages, optimizer_step)
         self.engine.sync_weights(self.policy)
         t_all = time.perf_counter() - t0
-        return {**self.batch_metrics(scores, rollouts, batch, advantages), **stats,
-                "time/generate_s": t_gen, "time/reward_s": t_score, "time/update_s": t_all - t_gen - t_score,
-                "time/step_s": t_all, "tokens_per_s": float(batch.response_mask.sum()) / max(t_gen, 1e-9)}
+        return {
+            **self.batch_metrics(scores, rollouts, batch, advantages),
+            **stats,
+            "time/generate_s": t_gen,
+            "time/reward_s": t_score,
+            "time/update_s": t_all - t_gen - t_score,
+            "time/step_s": t_all,
+            "tokens_per_s": float(batch.response_mask.sum()) / max(t_gen, 1e-9),
+        }
 
     def advantages(self, scores, rollouts: Rollouts, batch: PolicyBatch) -> torch.Tensor | SpanBatch:
         """(N,) sequence advantages, or a ``SpanBatch`` when the task scores spans."""
@@ -123,12 +148,22 @@ class GRPOStep:
             rewards = ddp.gather_rows(scores.rewards.float())  # batch-level estimators need every rank
             return ddp.local_rows(self.advantage_fn(rewards, self.cfg.group_size), n)
         gathered = {k: Span(ddp.gather_rows(s.rewards.float()), s.ranges) for k, s in scores.spans.items()}
-        adv = {k: ddp.local_rows(v, n) for k, v in span_advantages(gathered, self.cfg.advantage,
-                                                                   self.cfg.group_size).items()}
-        masks = span_masks(scores.spans, rollouts.completion_ids, rollouts.texts, self.tokenizer,
-                           batch.response_mask.shape[1])
-        return SpanBatch(adv, {k: m * batch.response_mask for k, m in masks.items()},
-                         span_weights(list(scores.spans), self.cfg.span_weights))
+        adv = {
+            k: ddp.local_rows(v, n)
+            for k, v in span_advantages(gathered, self.cfg.advantage, self.cfg.group_size).items()
+        }
+        masks = span_masks(
+            scores.spans,
+            rollouts.completion_ids,
+            rollouts.texts,
+            self.tokenizer,
+            batch.response_mask.shape[1],
+        )
+        return SpanBatch(
+            adv,
+            {k: m * batch.response_mask for k, m in masks.items()},
+            span_weights(list(scores.spans), self.cfg.span_weights),
+        )
 
     @torch.no_grad()
     def _frozen_logprobs(self, batch: PolicyBatch, reference: bool) -> torch.Tensor:
@@ -145,8 +180,9 @@ class GRPOStep:
                     out.append(token_logprobs(self.policy, micro, temperature, shared))
         return torch.cat(out)
 
-    def update(self, batch: PolicyBatch, advantages: torch.Tensor | SpanBatch,
-               optimizer_step: OptimizerStep) -> Metrics:
+    def update(
+        self, batch: PolicyBatch, advantages: torch.Tensor | SpanBatch, optimizer_step: OptimizerStep
+    ) -> Metrics:
         cfg = self.cfg
         self.model.train()
         # With one update per batch the sampling policy *is* the current policy: ratio = 1 (as TRL).
@@ -163,8 +199,9 @@ class GRPOStep:
                 sums[k] = sums.get(k, 0.0) + v / cfg.num_iterations
         return sums
 
-    def batch_metrics(self, scores, rollouts: Rollouts, batch: PolicyBatch,
-                      advantages: torch.Tensor | SpanBatch) -> Metrics:
+    def batch_metrics(
+        self, scores, rollouts: Rollouts, batch: PolicyBatch, advantages: torch.Tensor | SpanBatch
+    ) -> Metrics:
         lengths = batch.response_mask.sum(-1)
         token_adv = advantages.token_advantages() if isinstance(advantages, SpanBatch) else advantages
         spans = scores.spans or {}
@@ -179,7 +216,9 @@ class GRPOStep:
             "completion_length/mean": lengths.mean().item(),
             "completion_length/max": lengths.max().item(),
             # prompt tokens per completion (the prompt is computed once per group, see rankrl.rl.batch)
-            "prompt_length/mean": float(sum(map(len, rollouts.prompt_ids)) / max(len(rollouts.prompt_ids), 1)),
+            "prompt_length/mean": float(
+                sum(map(len, rollouts.prompt_ids)) / max(len(rollouts.prompt_ids), 1)
+            ),
             "prompt_length/max": float(max(map(len, rollouts.prompt_ids), default=0)),
             **{f"task/{k}": v for k, v in scores.metrics.items()},
             # one completion per step, to read what the policy writes (W&B shows it as text)
@@ -188,17 +227,26 @@ class GRPOStep:
         }
 
 
-def _loss_terms(advantages: torch.Tensor | SpanBatch, mask: torch.Tensor) -> list[tuple[str, float, torch.Tensor,
-                                                                                        torch.Tensor]]:
+def _loss_terms(
+    advantages: torch.Tensor | SpanBatch, mask: torch.Tensor
+) -> list[tuple[str, float, torch.Tensor, torch.Tensor]]:
     """(name, weight, advantages, mask) of each loss term: one for sequence advantages, one per span."""
     if isinstance(advantages, SpanBatch):
-        return [(k, advantages.weights[k], advantages.advantages[k], advantages.masks[k]) for k in advantages.masks]
+        return [
+            (k, advantages.weights[k], advantages.advantages[k], advantages.masks[k])
+            for k in advantages.masks
+        ]
     return [("", 1.0, advantages, mask)]
 
 
-def backward_batch(model: torch.nn.Module, batch: PolicyBatch, advantages: torch.Tensor | SpanBatch,
-                   cfg: TrainerConfig, old: torch.Tensor | None = None,
-                   ref: torch.Tensor | None = None) -> dict[str, float]:
+def backward_batch(
+    model: torch.nn.Module,
+    batch: PolicyBatch,
+    advantages: torch.Tensor | SpanBatch,
+    cfg: TrainerConfig,
+    old: torch.Tensor | None = None,
+    ref: torch.Tensor | None = None,
+) -> dict[str, float]:
     """Accumulate the gradient of one pass over ``batch`` in micro-batches; returns batch-level stats.
 
     One denominator serves the whole step (every micro-batch, every rank), so the accumulated gradient
@@ -207,7 +255,9 @@ def backward_batch(model: torch.nn.Module, batch: PolicyBatch, advantages: torch
     add up (``rankrl.rl.spans``).
     """
     terms = _loss_terms(advantages, batch.response_mask)
-    num_items = {name: ddp.global_sum(float(count_loss_items(cfg.loss_agg, mask))) for name, _, _, mask in terms}
+    num_items = {
+        name: ddp.global_sum(float(count_loss_items(cfg.loss_agg, mask))) for name, _, _, mask in terms
+    }
     sums: dict[str, float] = {}
     for start in range(0, len(batch), cfg.micro_batch_size):
         stop = start + cfg.micro_batch_size
@@ -215,24 +265,36 @@ def backward_batch(model: torch.nn.Module, batch: PolicyBatch, advantages: torch
         with ddp.gradient_sync(model, sync=stop >= len(batch)):
             logits = completion_logits(model, micro, cfg.shared_prefix)
             logps = gather_logprobs(logits, micro, cfg.sampling.temperature)
-            gap = _gap(sampled_distribution_logprobs(logits.detach(), micro, cfg.sampling),
-                       micro.sampler_logprobs, micro.response_mask)
+            gap = _gap(
+                sampled_distribution_logprobs(logits.detach(), micro, cfg.sampling),
+                micro.sampler_logprobs,
+                micro.response_mask,
+            )
             del logits  # autograd keeps what backward needs; the full logits need not outlive this line
             total = 0.0
             for name, weight, adv, mask in terms:
                 loss, stats = policy_loss(
-                    logps, old[start:stop] if old is not None else logps.detach(), adv[start:stop],
-                    mask[start:stop], eps_low=cfg.eps_low, eps_high=cfg.eps_high,
-                    ref_logprobs=ref[start:stop] if ref is not None else None, beta=cfg.beta,
-                    loss_agg=cfg.loss_agg, max_completion_length=cfg.sampling.max_new_tokens,
-                    num_items_in_batch=num_items[name])
+                    logps,
+                    old[start:stop] if old is not None else logps.detach(),
+                    adv[start:stop],
+                    mask[start:stop],
+                    eps_low=cfg.eps_low,
+                    eps_high=cfg.eps_high,
+                    ref_logprobs=ref[start:stop] if ref is not None else None,
+                    beta=cfg.beta,
+                    loss_agg=cfg.loss_agg,
+                    max_completion_length=cfg.sampling.max_new_tokens,
+                    num_items_in_batch=num_items[name],
+                )
                 total = total + weight * loss
                 _accumulate(sums, stats, len(micro) / len(batch), suffix=f"/{name}" if name else "")
             if not torch.isfinite(total):
                 raise NonFiniteLossError(f"non-finite loss ({float(total.detach())})")
             (total * ddp.world_size()).backward()
         sums["loss"] = sums.get("loss", 0.0) + float(total.detach())  # shares of the batch total
-        sums["sampler_logprob_gap"] = sums.get("sampler_logprob_gap", 0.0) + len(micro) / len(batch) * gap.mean
+        sums["sampler_logprob_gap"] = (
+            sums.get("sampler_logprob_gap", 0.0) + len(micro) / len(batch) * gap.mean
+        )
         sums["sampler_logprob_gap_max"] = max(sums.get("sampler_logprob_gap_max", 0.0), gap.max)
     return sums
 
@@ -258,14 +320,17 @@ class LogprobGap:
 
 def _gap(logps: torch.Tensor, sampler_logps: torch.Tensor, mask: torch.Tensor) -> LogprobGap:
     diff = (logps - sampler_logps).abs() * mask
-    return LogprobGap(mean=float(diff.sum() / mask.sum().clamp(min=1)), max=float(diff.max()) if diff.numel() else 0.0)
+    return LogprobGap(
+        mean=float(diff.sum() / mask.sum().clamp(min=1)), max=float(diff.max()) if diff.numel() else 0.0
+    )
 
 
 # ---------------------------------------------------------------------------------------------------- SFT
 
 
-def sft_token_ids(tokenizer: Any, example: SFTExample,
-                  chat_template_kwargs: dict | None = None) -> tuple[list[int], list[int]]:
+def sft_token_ids(
+    tokenizer: Any, example: SFTExample, chat_template_kwargs: dict | None = None
+) -> tuple[list[int], list[int]]:
     """(prompt ids, completion ids) of an SFT pair under the model's chat template.
 
     The prompt is rendered exactly as for generation (assistant turn opened), so SFT teaches the tokens the
@@ -273,14 +338,20 @@ def sft_token_ids(tokenizer: Any, example: SFTExample,
     engine stops on) and nothing after it.
     """
     prompt = render_prompts(tokenizer, [example.messages], chat_template_kwargs)[0]
-    head = tokenizer.apply_chat_template(list(example.messages), tokenize=False, add_generation_prompt=True,
-                                         **(chat_template_kwargs or {}))
-    full = tokenizer.apply_chat_template([*example.messages, {"role": "assistant", "content": example.completion}],
-                                         tokenize=False, **(chat_template_kwargs or {}))
+    head = tokenizer.apply_chat_template(
+        list(example.messages), tokenize=False, add_generation_prompt=True, **(chat_template_kwargs or {})
+    )
+    full = tokenizer.apply_chat_template(
+        [*example.messages, {"role": "assistant", "content": example.completion}],
+        tokenize=False,
+        **(chat_template_kwargs or {}),
+    )
     if not full.startswith(head):
-        raise ValueError("the chat template renders the prompt differently with an assistant turn; "
-                         "SFT cannot mask the prompt exactly")
-    tail = full[len(head):]
+        raise ValueError(
+            "the chat template renders the prompt differently with an assistant turn; "
+            "SFT cannot mask the prompt exactly"
+        )
+    tail = full[len(head) :]
     eos = tokenizer.eos_token
     if eos and eos in tail:
         tail = tail[: tail.index(eos) + len(eos)]
@@ -300,8 +371,16 @@ class SFTStep:
         engine: told about new weights after each step, so monitors sample the current policy.
     """
 
-    def __init__(self, cfg: TrainerConfig, policy: torch.nn.Module, model: torch.nn.Module, tokenizer: Any,
-                 task: TrainTask, engine: RolloutEngine | None = None, ref_model: Any = None) -> None:
+    def __init__(
+        self,
+        cfg: TrainerConfig,
+        policy: torch.nn.Module,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        task: TrainTask,
+        engine: RolloutEngine | None = None,
+        ref_model: Any = None,
+    ) -> None:
         self.cfg, self.policy, self.model, self.tokenizer, self.engine = cfg, policy, model, tokenizer, engine
         self.pairs = [sft_token_ids(tokenizer, ex) for ex in task.sft_examples()]
         self.num_examples, self.examples_per_step = len(self.pairs), cfg.examples_per_step
@@ -313,8 +392,13 @@ class SFTStep:
     def __call__(self, indices: Sequence[int], optimizer_step: OptimizerStep) -> Metrics:
         t0 = time.perf_counter()
         pairs = [self.pairs[i] for i in indices]
-        rollouts = Rollouts(prompt_ids=[p for p, _ in pairs], completion_ids=[c for _, c in pairs],
-                            logprobs=[[0.0] * len(c) for _, c in pairs], texts=[""] * len(pairs), group_size=1)
+        rollouts = Rollouts(
+            prompt_ids=[p for p, _ in pairs],
+            completion_ids=[c for _, c in pairs],
+            logprobs=[[0.0] * len(c) for _, c in pairs],
+            texts=[""] * len(pairs),
+            group_size=1,
+        )
         batch = to_policy_batch(rollouts, self.tokenizer.pad_token_id)
         self.model.train()
         n_tokens = ddp.global_sum(float(batch.response_mask.sum()))
@@ -330,5 +414,9 @@ class SFTStep:
             nll += float(loss.detach())
         grad_norm = optimizer_step()
         self.weights_changed()
-        return {"loss": ddp.global_sum(nll) if ddp.world_size() > 1 else nll, "grad_norm": grad_norm,
-                "sft/tokens": n_tokens, "time/step_s": time.perf_counter() - t0}
+        return {
+            "loss": ddp.global_sum(nll) if ddp.world_size() > 1 else nll,
+            "grad_norm": grad_norm,
+            "sft/tokens": n_tokens,
+            "time/step_s": time.perf_counter() - t0,
+        }

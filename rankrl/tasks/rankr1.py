@@ -19,11 +19,11 @@ import random
 import re
 import tomllib
 from collections import abc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
@@ -63,8 +63,10 @@ def truncate(text: str, tokenizer: Any, max_tokens: int | None) -> str:
 OFFICIAL_PATTERN = r"<think>.*?</think>\s*<answer>(.*?)</answer>"  # prompts [setwise_r1] pattern
 OFFICIAL_PLAIN_PATTERN = "<answer>(.*?)</answer>"  # prompts [setwise] pattern
 if (PROMPTS[True]["pattern"], PROMPTS[False]["pattern"]) != (OFFICIAL_PATTERN, OFFICIAL_PLAIN_PATTERN):
-    raise RuntimeError("the patterns in prompts/rankr1.toml changed: _find_answer implements exactly "
-                       f"{OFFICIAL_PATTERN!r} and {OFFICIAL_PLAIN_PATTERN!r}; update it with them")
+    raise RuntimeError(
+        "the patterns in prompts/rankr1.toml changed: _find_answer implements exactly "
+        f"{OFFICIAL_PATTERN!r} and {OFFICIAL_PLAIN_PATTERN!r}; update it with them"
+    )
 _WHITESPACE = re.compile(r"\s*")  # greedy run of exactly what \s matches; a single pass, no backtracking
 
 
@@ -321,13 +323,16 @@ def passage_text(benchmark: Benchmark, docid: str) -> str:
     return f"{doc.title} {doc.text}" if doc.title else doc.text
 
 
-def first_stage_ranking(benchmark: Benchmark, qid: str, run_name: str = "bm25",
-                        cache_dir: str | Path | None = None) -> list[str]:
+def first_stage_ranking(
+    benchmark: Benchmark, qid: str, run_name: str = "bm25", cache_dir: str | Path | None = None
+) -> list[str]:
     """A query's first-stage docids, best first (ties in run order), without its ``excluded_ids``: BRIGHT's
     rule, applied before reranking as in Rank-R1/bright/filter_run.py."""
     from rankrl.retrieval.first_stage import ensure_run
 
-    scores = ensure_run(benchmark, run_name, cache_dir=cache_dir).get(qid, {})  # BRIGHT: BM25 over its documents, built once
+    scores = ensure_run(benchmark, run_name, cache_dir=cache_dir).get(
+        qid, {}
+    )  # BRIGHT: BM25 over its documents, built once
     query = benchmark.queries.get(qid)
     excluded = set(query.extra.get("excluded_ids", ())) if query else set()
     return [d for d in sorted(scores, key=lambda d: -scores[d]) if d not in excluded]
@@ -411,7 +416,7 @@ def sft_completion(example: Example, target: str, reasoning: bool, seed: int = 0
     return f"<think> {GENERIC_THINK} </think> {answer}" if reasoning else answer
 
 
-# ---- 6. The task as the training loop sees it ------------------------------------------------------------------
+# ---- 6. The task as the training loop sees it --------------------------------------------------------------
 
 
 @dataclass
@@ -518,9 +523,12 @@ class RankR1Task(TaskBase):
         return Scores(rewards, ok, {"correct": correct}, metrics)
 
     def sft_examples(self) -> list[SFTExample]:
-        """The training prompts with a target completion: ``sft_target`` says which (see ``sft_completion``)."""
-        return [SFTExample(ex.uid, ex.messages, sft_completion(ex, self.sft_target, self.reasoning, self.seed))
-                for ex in self.train_examples()]
+        """The training prompts with a target completion: ``sft_target`` says which (see
+        ``sft_completion``)."""
+        return [
+            SFTExample(ex.uid, ex.messages, sft_completion(ex, self.sft_target, self.reasoning, self.seed))
+            for ex in self.train_examples()
+        ]
 
     def monitor(self, generators: Mapping[str, Generator]) -> dict[str, float]:
         """nDCG@10 and the format-error rate of heap sort on ``probe_queries`` fixed TRAINING queries (the
@@ -528,9 +536,14 @@ class RankR1Task(TaskBase):
         bench = self.benchmark("train")
         queries = [bench.queries[q] for q in sorted(bench.qrels)[: self.probe_queries]]
         out = self._rerank(bench, queries, generators[self.role])
-        return {**out["metrics"], "format_error_rate": out["cost"]["parse_failures"] / max(out["cost"]["comparisons"], 1)}
+        return {
+            **out["metrics"],
+            "format_error_rate": out["cost"]["parse_failures"] / max(out["cost"]["comparisons"], 1),
+        }
 
-    def evaluate(self, generators: Mapping[str, Generator], split: str, limit: int | None = None) -> dict[str, Any]:
+    def evaluate(
+        self, generators: Mapping[str, Generator], split: str, limit: int | None = None
+    ) -> dict[str, Any]:
         """Rerank each query's BM25 top ``rerank_depth`` by Setwise heap sort; nDCG@10 with trec_eval rules.
 
         All queries advance together, so one ``generate`` call carries a heap step of every query.
@@ -544,7 +557,7 @@ class RankR1Task(TaskBase):
         return out
 
     def _rerank(self, bench: Benchmark, queries: Sequence[Any], generate: Generator) -> dict[str, Any]:
-        from rankrl.eval.metrics import evaluate_run
+        from rankrl.eval.metrics import scored_run
 
         firsts = [first_stage_ranking(bench, q.qid, cache_dir=self.cache_dir) for q in queries]
         jobs = []
@@ -558,8 +571,8 @@ class RankR1Task(TaskBase):
             order = ranked + first[self.rerank_depth :]
             run[q.qid] = {d: float(len(order) - i) for i, d in enumerate(order)}
         qrels = {q.qid: bench.qrels[q.qid] for q in queries if q.qid in bench.qrels}  # only what was ranked
-        metrics = evaluate_run(run, qrels, ["nDCG@10"], relevance_level=bench.relevance_level)
+        metrics, table = scored_run(run, qrels, ["nDCG@10"], relevance_level=bench.relevance_level)
         totals = {f: sum(getattr(c, f) for c in costs) for f in asdict(SortCost())}
         per_query = {q.qid: asdict(c) for q, c in zip(queries, costs)}
         cost = {**totals, "queries": len(queries), "judge_calls": calls, "per_query": per_query}
-        return {"metrics": metrics, "run": run, "cost": cost}
+        return {"metrics": metrics, "run": run, "cost": cost, "per_query": table}

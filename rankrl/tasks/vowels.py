@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import random
 import re
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -90,16 +91,19 @@ class VowelWordsTask(TaskBase):
         """Targets made only of vowel-initial words, so SFT alone raises the reward."""
         words = sorted(w for w in _VOWEL_WORDS)
         rng = random.Random(self.seed)
-        return [SFTExample(uid=f"sft-{i}", messages=_prompt(t), completion=" ".join(rng.sample(words, 3)))
-                for i, t in enumerate(self._train)]
+        return [
+            SFTExample(uid=f"sft-{i}", messages=_prompt(t), completion=" ".join(rng.sample(words, 3)))
+            for i, t in enumerate(self._train)
+        ]
 
     def monitor(self, generators: Mapping[str, Generator]) -> dict[str, float]:
         """Vowel share of greedy completions on the first 4 evaluation prompts (a fixed probe set)."""
         gens = generators[self.role]([_prompt(t) for t in self._eval[:4]])
         return {"vowel_share": sum(vowel_word_reward(g.text)[0] for g in gens) / len(gens)}
 
-    def evaluate(self, generators: Mapping[str, Generator], split: str = "test",
-                 limit: int | None = None) -> dict[str, Any]:
+    def evaluate(
+        self, generators: Mapping[str, Generator], split: str = "test", limit: int | None = None
+    ) -> dict[str, Any]:
         prompts = [_prompt(t) for t in (self._eval if split != "train" else self._train)][:limit]
         gens = generators[self.role](prompts)
         rewards = [vowel_word_reward(g.text)[0] for g in gens]
@@ -123,13 +127,17 @@ class VowelRelayTask(VowelWordsTask):
         self._leads: dict[str, str] = {}
         if role == "follow":  # the frozen lead writes what the follower continues
             topics = list(self._train)
-            self._leads = dict(zip(topics, (g.text for g in generators["lead"]([_prompt(t) for t in topics]))))
+            self._leads = dict(
+                zip(topics, (g.text for g in generators["lead"]([_prompt(t) for t in topics])))
+            )
 
     def train_examples(self) -> list[Example]:
         if self.role == "lead":
             return super().train_examples()
-        return [Example(uid=f"follow-{i}", messages=_follow_prompt(self._leads[t]))
-                for i, t in enumerate(self._train)]
+        return [
+            Example(uid=f"follow-{i}", messages=_follow_prompt(self._leads[t]))
+            for i, t in enumerate(self._train)
+        ]
 
     def sft_examples(self) -> list[SFTExample]:
         pairs = super().sft_examples()
@@ -140,8 +148,9 @@ class VowelRelayTask(VowelWordsTask):
     def monitor(self, generators: Mapping[str, Generator]) -> dict[str, float]:
         return self.evaluate(generators, "test", limit=4)["metrics"]
 
-    def evaluate(self, generators: Mapping[str, Generator], split: str = "test",
-                 limit: int | None = None) -> dict[str, Any]:
+    def evaluate(
+        self, generators: Mapping[str, Generator], split: str = "test", limit: int | None = None
+    ) -> dict[str, Any]:
         topics = (self._eval if split != "train" else self._train)[:limit]
         leads = [g.text for g in generators["lead"]([_prompt(t) for t in topics])]
         follows = [g.text for g in generators["follow"]([_follow_prompt(text) for text in leads])]

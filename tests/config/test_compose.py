@@ -12,7 +12,6 @@ from rankrl import app
 from rankrl.errors import ConfigError
 from rankrl.models import PAPER_CONFIGS
 from rankrl.rl.config import build_trainer_config
-
 from tests.conftest import compose, experiment_names
 
 EXPERIMENTS = experiment_names()
@@ -32,7 +31,9 @@ def test_experiment_composes(experiment: str, profile: str):
         assert "experiment" not in cfg, f"{experiment} is missing '# @package _global_'"
         assert cfg.scale == profile
         # core experiments exercise the engine; every other one belongs to a paper
-        assert cfg.paper or experiment.startswith("core/"), f"{experiment} does not say which paper it belongs to"
+        assert cfg.paper or experiment.startswith("core/"), (
+            f"{experiment} does not say which paper it belongs to"
+        )
         # the run folder is named after the experiment file, then any axis the experiment sweeps over
         # in place of copies of itself (grape/raw_query/clip-vit-b16)
         assert cfg.experiment_name == experiment or cfg.experiment_name.startswith(experiment + "/")
@@ -57,7 +58,9 @@ def test_rows_per_step_counts_every_completion_of_a_step():
     assert TrainerConfig(prompts_per_step=1, group_size=8).rows_per_step == 8
 
 
-@pytest.mark.parametrize("name,kind", [("grpo", "grpo"), ("dr_grpo", "grpo"), ("dapo", "grpo"), ("sft", "sft")])
+@pytest.mark.parametrize(
+    "name,kind", [("grpo", "grpo"), ("dr_grpo", "grpo"), ("dapo", "grpo"), ("sft", "sft")]
+)
 def test_trainer_variants_build(name: str, kind: str):
     trainer = build_trainer_config(compose("train", [f"trainer={name}"]).trainer)
     assert trainer.kind == kind
@@ -70,7 +73,9 @@ def test_trainer_defaults_have_one_source():
     from rankrl.rl.config import TrainerConfig
 
     # profile=paper has no scale file for the synthetic task, so nothing overrides the defaults
-    assert build_trainer_config(compose("train", ["trainer=grpo", "profile=paper"]).trainer) == TrainerConfig()
+    assert (
+        build_trainer_config(compose("train", ["trainer=grpo", "profile=paper"]).trainer) == TrainerConfig()
+    )
 
 
 def test_bad_trainer_value_is_rejected():
@@ -79,15 +84,29 @@ def test_bad_trainer_value_is_rejected():
         build_trainer_config(cfg.trainer)
 
 
-@pytest.mark.parametrize("override,said", [
-    ("trainer.lr=abc", "trainer.lr: Value 'abc' of type 'str' could not be converted to Float"),
-    ("seed=abc", "seed: expected int, got 'abc'"),
-    ("trainer.group_size=0", "trainer.group_size must be >= 1, got 0"),
-    ("evaluation.sampling.max_new_tokens=many", "evaluation.sampling.max_new_tokens: expected int"),
-])
+@pytest.mark.parametrize(
+    "override,said",
+    [
+        ("trainer.lr=abc", "trainer.lr: Value 'abc' of type 'str' could not be converted to Float"),
+        ("seed=abc", "seed: expected int, got 'abc'"),
+        ("trainer.group_size=0", "trainer.group_size must be >= 1, got 0"),
+        ("evaluation.sampling.max_new_tokens=many", "evaluation.sampling.max_new_tokens: expected int"),
+    ],
+)
 def test_a_wrong_value_ends_in_one_line_without_traceback(tmp_path, override: str, said: str):
-    out = subprocess.run([sys.executable, "-m", "rankrl.train", "experiment=rankr1/rankr1_grpo_dl19", override,
-                          "logger=none", f"hydra.run.dir={tmp_path}"], capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rankrl.train",
+            "experiment=rankr1/rankr1_grpo_dl19",
+            override,
+            "logger=none",
+            f"hydra.run.dir={tmp_path}",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode != 0
     errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and said in errors[0], out.stderr[-2000:]

@@ -17,13 +17,16 @@ PAPERS = ("rankr1", "grape", "fgrpo", "cogr", "core")
 ON_PURPOSE = {"rankr1/nope"}
 ASSIGNED = re.compile(r"experiment=([A-Za-z0-9_.\-/]+)")
 # a backticked name that starts like an experiment: `rankr1/setwise_dl19`, `fgrpo/fgrpo_movielens/sft`
-QUOTED = re.compile(r"`((?:%s)/[^`\s]+)`" % "|".join(PAPERS))
+QUOTED = re.compile(r"`((?:{})/[^`\s]+)`".format("|".join(PAPERS)))
 
 
 def _named(pattern: re.Pattern[str]) -> list[tuple[str, str]]:
     """(readme, name) of every match; placeholders such as `experiment=...` name nothing and are left out."""
-    found = {(path.relative_to(REPO_ROOT).as_posix(), m.group(1).rstrip(".,:;)"))
-             for path in READMES for m in pattern.finditer(path.read_text())}
+    found = {
+        (path.relative_to(REPO_ROOT).as_posix(), m.group(1).rstrip(".,:;)"))
+        for path in READMES
+        for m in pattern.finditer(path.read_text())
+    }
     return sorted((readme, name) for readme, name in found if "/" in name)
 
 
@@ -33,28 +36,38 @@ def test_the_readmes_are_read():
 
 @pytest.mark.parametrize("readme,name", [n for n in _named(ASSIGNED) if n[1] not in ON_PURPOSE])
 def test_every_experiment_a_readme_assigns_composes(readme: str, name: str):
-    assert name in experiment_names(), f"{readme} names experiment={name}, which is no file in conf/experiment/"
+    assert name in experiment_names(), (
+        f"{readme} names experiment={name}, which is no file in conf/experiment/"
+    )
     compose("train", [f"experiment={name}"])
 
 
 @pytest.mark.parametrize("readme,name", _named(QUOTED))
 def test_every_quoted_experiment_or_stage_exists(readme: str, name: str):
-    """`<experiment>` or `<experiment>/<stage or sweep value>` (a run folder's name), or a path in the repo."""
+    """`<experiment>` or `<experiment>/<stage or sweep value>` (a run folder's name), or a path in the
+    repo."""
     if (REPO_ROOT / name).exists() or any(ch in name for ch in "*{"):
         return
     known = experiment_names() + _report_names()
     parts = name.split("/")
     assert any("/".join(parts[:k]) in known for k in range(2, len(parts) + 1)), (
         f"{readme} names `{name}`, which is neither an experiment in conf/experiment/, a run folder of one, "
-        "nor a run the tables read")
+        "nor a run the tables read"
+    )
 
 
 def _report_names() -> list[str]:
-    """Run names the tables and figures read (sweep points such as fgrpo/sweep_lam/lam0.5 are runs of their own)."""
+    """Run names the tables and figures read (sweep points such as fgrpo/sweep_lam/lam0.5 are runs of their
+    own)."""
     specs = [*REPO_ROOT.glob("experiments/*/tables.yaml"), *REPO_ROOT.glob("experiments/*/figures.yaml")]
-    return sorted({m.group(1) for p in specs for m in re.finditer(r"experiments?: ([\w./-]+)", p.read_text())}
-                  | {m.group(1) for p in specs for m in re.finditer(r": ((?:%s)/[\w./-]+)" % "|".join(PAPERS),
-                                                                  p.read_text())})
+    return sorted(
+        {m.group(1) for p in specs for m in re.finditer(r"experiments?: ([\w./-]+)", p.read_text())}
+        | {
+            m.group(1)
+            for p in specs
+            for m in re.finditer(r": ((?:{})/[\w./-]+)".format("|".join(PAPERS)), p.read_text())
+        }
+    )
 
 
 def test_a_glob_in_a_readme_matches_an_experiment():
@@ -64,4 +77,7 @@ def test_a_glob_in_a_readme_matches_an_experiment():
     known = experiment_names()
     for readme, name in _named(QUOTED):
         if "*" in name and not (REPO_ROOT / Path(name).parent).exists():
-            assert any(fnmatch(k, name) or fnmatch(k, name.split("/{")[0] + "*") for k in known), (readme, name)
+            assert any(fnmatch(k, name) or fnmatch(k, name.split("/{")[0] + "*") for k in known), (
+                readme,
+                name,
+            )

@@ -38,9 +38,7 @@ def test_musique_split_and_subsample_are_seeded(data_dir):
     _check_splits(small, {"train": 15, "test": 15})
     assert (
         small.splits
-        == load_benchmark(
-            "musique", data_dir, max_questions=30, fractions={"train": 0.5, "test": 0.5}
-        ).splits
+        == load_benchmark("musique", data_dir, max_questions=30, fractions={"train": 0.5, "test": 0.5}).splits
     )
     assert {d for q in small.queries.values() for d in q.extra["candidates"]} == set(small.corpus)
 

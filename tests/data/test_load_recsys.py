@@ -12,9 +12,7 @@ from .conftest import write_text
 
 
 def _ratings(data_dir):
-    rows = [
-        line.split("|") for line in (data_dir / "movielens-100k" / "u.data").read_text().splitlines()[1:]
-    ]
+    rows = [line.split("|") for line in (data_dir / "movielens-100k" / "u.data").read_text().splitlines()[1:]]
     by_user = defaultdict(list)
     for user, item, _, ts in rows:
         by_user[user].append((int(ts), int(item)))

@@ -162,3 +162,18 @@ def test_mean_set_prf_macro_average() -> None:
     assert f == pytest.approx((2 / 3 + 2 / 3 + 0.0) / 3)
     with pytest.raises(ValueError, match="relevant is empty"):
         mean_set_prf(predicted, {})
+
+
+def test_per_query_tables_hold_what_the_means_average():
+    from rankrl.eval.metrics import scored_run, set_prf_table
+
+    run = {"q1": {"a": 2.0, "b": 1.0}, "q2": {"c": 1.0}}
+    qrels = {"q1": {"a": 1}, "q2": {"d": 1}, "q3": {"e": 1}}  # q3 unanswered: 0, as trec_eval -c
+    means, table = scored_run(run, qrels, ["RR@10", "R@2"])
+    assert table.index.tolist() == ["q1", "q2", "q3"] and table["RR@10"].tolist() == [1.0, 0.0, 0.0]
+    assert means == evaluate_run(run, qrels, ["RR@10", "R@2"]) == {"RR@10": 1 / 3, "R@2": 1 / 3}
+    predicted = {"q1": {"a", "b"}, "q2": set()}
+    relevant = {"q1": {"a"}, "q2": {"d"}}
+    prf = set_prf_table(predicted, relevant)
+    assert prf.loc["q1"].tolist() == list(set_prf({"a", "b"}, {"a"})) and prf.loc["q2", "f1"] == 0.0
+    assert tuple(prf.mean()) == pytest.approx(mean_set_prf(predicted, relevant))

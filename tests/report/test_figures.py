@@ -25,31 +25,59 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def _log_lines(steps: int, offset: float = 0.0) -> list[dict]:
     lines = []
     for step in range(1, steps + 1):
-        line = {"step": step, "reward/mean": offset + 0.1 * step, "format_error_rate": 1.0 - 0.05 * step,
-                "loss": "nan" if step == 3 else 0.01 * step, "sample/completion": f"<think>{step}</think>"}
+        line = {
+            "step": step,
+            "reward/mean": offset + 0.1 * step,
+            "format_error_rate": 1.0 - 0.05 * step,
+            "loss": "nan" if step == 3 else 0.01 * step,
+            "sample/completion": f"<think>{step}</think>",
+        }
         if step % 2 == 0:
             line["monitor/nDCG@10"] = offset + 0.3 + 0.01 * step
         lines.append(line)
     return lines
 
 
-def make_run(root: Path, experiment: str, seed: int = 0, *, steps: int = 6, offset: float = 0.0,
-             finished: bool = True, created: str = "2026-01-01T00:00:00+00:00", paper: str = "demo") -> Path:
+def make_run(
+    root: Path,
+    experiment: str,
+    seed: int = 0,
+    *,
+    steps: int = 6,
+    offset: float = 0.0,
+    finished: bool = True,
+    created: str = "2026-01-01T00:00:00+00:00",
+    paper: str = "demo",
+) -> Path:
     """A run folder as train/evaluate leave it: train_log.jsonl, .hydra/config.yaml, and when finished
     config.yaml + metrics.json."""
     run = root / experiment / f"seed{seed}-{created[:19].replace(':', '-')}"
     (run / ".hydra").mkdir(parents=True)
-    config = (f"experiment_name: {experiment}\npaper: {paper}\nseed: {seed}\nscale: cpu\n"
-              "model:\n  name: smollm2-135m\n  path: ${paths.model_dir}/smollm2-135m\n"
-              "output_dir: ${hydra:runtime.output_dir}\n")
+    config = (
+        f"experiment_name: {experiment}\npaper: {paper}\nseed: {seed}\nscale: cpu\n"
+        "model:\n  name: smollm2-135m\n  path: ${paths.model_dir}/smollm2-135m\n"
+        "output_dir: ${hydra:runtime.output_dir}\n"
+    )
     (run / ".hydra" / "config.yaml").write_text(config)
     (run / "train_log.jsonl").write_text("".join(json.dumps(x) + "\n" for x in _log_lines(steps, offset)))
     if finished:
         (run / "config.yaml").write_text(config)
-        record = {"schema": SCHEMA, "kind": "train", "paper": paper, "experiment": experiment,
-                  "task": "rankr1", "benchmark": "dl19", "split": "test", "eval_limit": None,
-                  "model": "smollm2-135m", "scale": "cpu", "seed": seed, "git_commit": "abc",
-                  "created": created, "metrics": {"nDCG@10": 0.4}}
+        record = {
+            "schema": SCHEMA,
+            "kind": "train",
+            "paper": paper,
+            "experiment": experiment,
+            "task": "rankr1",
+            "benchmark": "dl19",
+            "split": "test",
+            "eval_limit": None,
+            "model": "smollm2-135m",
+            "scale": "cpu",
+            "seed": seed,
+            "git_commit": "abc",
+            "created": created,
+            "metrics": {"nDCG@10": 0.4},
+        }
         (run / "metrics.json").write_text(json.dumps(record))
     return run
 
@@ -60,9 +88,16 @@ def write_spec(path: Path, figures: list[dict]) -> Path:
     return path
 
 
-CURVE = {"name": "curve", "title": "demo", "runs": ["demo/grpo"],
-         "panels": [{"series": "reward/mean", "label": "mean reward"}, "format_error_rate",
-                    {"series": "monitor/nDCG@10", "label": "probe nDCG@10"}]}
+CURVE = {
+    "name": "curve",
+    "title": "demo",
+    "runs": ["demo/grpo"],
+    "panels": [
+        {"series": "reward/mean", "label": "mean reward"},
+        "format_error_rate",
+        {"series": "monitor/nDCG@10", "label": "probe nDCG@10"},
+    ],
+}
 
 
 def test_read_log_keeps_numbers_only(tmp_path):
@@ -72,7 +107,7 @@ def test_read_log_keeps_numbers_only(tmp_path):
     frame = read_log(run)
     assert list(frame.index) == [1, 2, 3, 4, 5, 6] and frame.index.name == "step"
     assert "sample/completion" not in frame
-    assert all(dtype == float for dtype in frame.dtypes)
+    assert all(pd.api.types.is_float_dtype(dtype) for dtype in frame.dtypes)
     assert np.isnan(frame.loc[3, "loss"]) and frame.loc[4, "loss"] == pytest.approx(0.04)
     assert frame["monitor/nDCG@10"].dropna().index.tolist() == [2, 4, 6]
     assert frame["monitor/nDCG@10"].isna().sum() == 3
@@ -104,8 +139,9 @@ def test_seeds_are_averaged_with_a_band_and_smoothing_is_a_rolling_mean(tmp_path
     runs_dir = tmp_path / "runs"
     make_run(runs_dir, "demo/grpo", seed=0)
     make_run(runs_dir, "demo/grpo", seed=1, offset=1.0)
-    spec = write_spec(tmp_path / "figures.yaml",
-                      [{**CURVE, "panels": [{"series": "reward/mean", "smooth": 3}]}])
+    spec = write_spec(
+        tmp_path / "figures.yaml", [{**CURVE, "panels": [{"series": "reward/mean", "smooth": 3}]}]
+    )
     draw_figures(find_runs(runs_dir), spec, tmp_path / "out")
     data = pd.read_csv(tmp_path / "out" / "curve.csv")
 
@@ -136,9 +172,14 @@ def test_two_runs_compared_in_one_panel(tmp_path):
     runs_dir = tmp_path / "runs"
     rank = make_run(runs_dir, "grape/rank_reward")
     sim = make_run(runs_dir, "grape/sim_reward", offset=0.5)
-    figure = {"name": "fig5", "runs": [{"experiment": "grape/rank_reward", "label": "rank reward"},
-                                       {"experiment": "grape/sim_reward", "label": "similarity reward"}],
-              "panels": [{"series": "monitor/nDCG@10", "label": "gold similarity"}, "reward/mean"]}
+    figure = {
+        "name": "fig5",
+        "runs": [
+            {"experiment": "grape/rank_reward", "label": "rank reward"},
+            {"experiment": "grape/sim_reward", "label": "similarity reward"},
+        ],
+        "panels": [{"series": "monitor/nDCG@10", "label": "gold similarity"}, "reward/mean"],
+    }
     written = draw_figures(find_runs(runs_dir), write_spec(tmp_path / "f.yaml", [figure]), tmp_path / "out")
     assert written[0].read_bytes()[:8] == PNG_MAGIC
     data = pd.read_csv(written[1])
@@ -151,8 +192,9 @@ def test_two_runs_compared_in_one_panel(tmp_path):
 def test_unfinished_runs_are_found_and_the_newest_per_seed_is_drawn(tmp_path):
     runs_dir = tmp_path / "runs"
     make_run(runs_dir, "demo/grpo", created="2026-01-01T00:00:00+00:00")  # an older, finished run
-    running = make_run(runs_dir, "demo/grpo", finished=False, steps=3, offset=5.0,
-                       created="2026-02-01T00:00:00+00:00")
+    running = make_run(
+        runs_dir, "demo/grpo", finished=False, steps=3, offset=5.0, created="2026-02-01T00:00:00+00:00"
+    )
     hydra_cfg = running / ".hydra" / "config.yaml"
     os.utime(hydra_cfg, (1.9e9, 1.9e9))  # started in 2030, after the finished one
     runs = find_runs(runs_dir)
@@ -183,10 +225,22 @@ def test_report_all_writes_every_papers_tables_and_figures(tmp_path):
 def test_a_paper_without_finished_runs_keeps_its_tables(tmp_path, caplog):
     experiments = tmp_path / "experiments"
     (experiments / "demo").mkdir(parents=True)
-    (experiments / "demo" / "tables.yaml").write_text(json.dumps(
-        {"metric": "nDCG@10", "tables": [{"name": "t", "title": "T", "benchmark": "dl19",
-                                          "columns": ["nDCG@10"],
-                                          "rows": [{"method": "A", "experiment": "demo/a"}]}]}))
+    (experiments / "demo" / "tables.yaml").write_text(
+        json.dumps(
+            {
+                "metric": "nDCG@10",
+                "tables": [
+                    {
+                        "name": "t",
+                        "title": "T",
+                        "benchmark": "dl19",
+                        "columns": ["nDCG@10"],
+                        "rows": [{"method": "A", "experiment": "demo/a"}],
+                    }
+                ],
+            }
+        )
+    )
     (experiments / "demo" / "published.yaml").write_text("{}\n")
     committed = experiments / "demo" / "t.md"
     committed.write_text("| A | 0.5 |\n")
@@ -205,14 +259,25 @@ def test_a_paper_without_finished_runs_keeps_its_tables(tmp_path, caplog):
 def test_report_entry_point_runs_every_paper(tmp_path):
     runs_dir = tmp_path / "runs"
     make_run(runs_dir, "rankr1/warmstart_grpo_dl19/grpo", paper="rankr1")
-    out = subprocess.run([sys.executable, "-m", "rankrl.report", f"runs_dir={runs_dir}",
-                          f"out_dir={tmp_path / 'out'}", f"hydra.run.dir={tmp_path / 'hydra'}"],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rankrl.report",
+            f"runs_dir={runs_dir}",
+            f"out_dir={tmp_path / 'out'}",
+            f"hydra.run.dir={tmp_path / 'hydra'}",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert (tmp_path / "out" / "rankr1" / "trec_dl.md").exists()
     assert (tmp_path / "out" / "rankr1" / "rankr1_reward_curve.png").read_bytes()[:8] == PNG_MAGIC
-    bad = subprocess.run([sys.executable, "-m", "rankrl.report", "paper=nope",
-                          f"hydra.run.dir={tmp_path / 'h'}"],
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "rankrl.report", "paper=nope", f"hydra.run.dir={tmp_path / 'h'}"],
+        capture_output=True,
+        text=True,
+    )
     # every paper with a report is listed (more papers join the list as they are added)
     assert bad.returncode != 0 and re.search(r"valid: all, .*rankr1", bad.stderr), bad.stderr[-2000:]

@@ -8,8 +8,20 @@ from rankrl.report.gpu_plan import GPUS, MFU, Stage, _overrides, estimate
 
 
 def _stage(**kw) -> Stage:
-    base = dict(row="x", model="m", params=10**9, lora=False, steps=10, prompts=2, group=4, completion=100,
-                prompt_len=50.0, beta=0.0, fsdp=True, vllm_share=0.35)
+    base = dict(
+        row="x",
+        model="m",
+        params=10**9,
+        lora=False,
+        steps=10,
+        prompts=2,
+        group=4,
+        completion=100,
+        prompt_len=50.0,
+        beta=0.0,
+        fsdp=True,
+        vllm_share=0.35,
+    )
     return Stage(**{**base, **kw})
 
 
@@ -36,7 +48,17 @@ def test_a_kl_reference_costs_a_forward_per_update_token():
 
 
 def test_multirun_values_count_as_runs_and_folders_are_not_overrides():
-    cmd = [".venv/bin/python", "-m", "rankrl.train", "-m", "experiment=fgrpo/fgrpo_movielens", "profile=paper",
-           "task.lam=0.5,2", "init_from=outputs/x", "hydra.sweep.dir=outputs/y", "experiment_name=fgrpo/sweep"]
+    cmd = [
+        ".venv/bin/python",
+        "-m",
+        "rankrl.train",
+        "-m",
+        "experiment=fgrpo/fgrpo_movielens",
+        "profile=paper",
+        "task.lam=0.5,2",
+        "init_from=outputs/x",
+        "hydra.sweep.dir=outputs/y",
+        "experiment_name=fgrpo/sweep",
+    ]
     overrides, runs = _overrides(cmd)
     assert runs == 2 and overrides == ["experiment=fgrpo/fgrpo_movielens", "profile=paper", "task.lam=0.5"]

@@ -49,7 +49,9 @@ def test_rank_of_matches_brute_force(clip) -> None:
     text_vecs = clip.encode_texts(TEXTS)  # (3, d), unit length
     scores = text_vecs @ clip.image_vectors.T  # (3, N)
     rows = [int(t[3:]) for t in targets]
-    expected = [int((scores[b] >= scores[b, r]).sum()) for b, r in enumerate(rows)]  # ties count against the target
+    expected = [
+        int((scores[b] >= scores[b, r]).sum()) for b, r in enumerate(rows)
+    ]  # ties count against the target
     ranks = clip.rank_of(TEXTS, targets)
     assert ranks == expected
     assert all(1 <= r <= N_IMAGES for r in ranks)

@@ -51,7 +51,9 @@ def test_rank_of_equals_brute_force(dense) -> None:
     d = dense.model.encode([doc.text for doc in DOCS], normalize_embeddings=True)
     scores = q @ d.T
     rows = [next(i for i, doc in enumerate(DOCS) if doc.docid == t) for t in targets]
-    expected = [int((scores[b] >= scores[b, r]).sum()) for b, r in enumerate(rows)]  # ties count against the target
+    expected = [
+        int((scores[b] >= scores[b, r]).sum()) for b, r in enumerate(rows)
+    ]  # ties count against the target
     assert dense.rank_of(texts, targets) == expected
     assert np.allclose(dense.similarity(texts, targets), scores[np.arange(4), rows], atol=1e-5)
     assert all(1 <= r <= len(DOCS) for r in expected) and len(set(expected)) > 1

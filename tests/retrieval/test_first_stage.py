@@ -24,7 +24,8 @@ def test_bm25_run_is_built_for_a_benchmark_without_one(tmp_path, data_dir):
             docs[ex] = q.text + " " + q.text  # would rank first if it were not excluded
     docs.update({f"filler-{i}": f"unrelated filler text number {i}" for i in range(20)})
     pd.DataFrame({"id": list(docs), "content": list(docs.values())}).to_parquet(
-        bright / "documents" / "pony-00000-of-00001.parquet")
+        bright / "documents" / "pony-00000-of-00001.parquet"
+    )
     bench = load_benchmark("bright-pony", tmp_path)
 
     run = ensure_run(bench, depth=5, cache_dir=tmp_path / "cache")

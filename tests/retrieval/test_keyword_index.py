@@ -19,11 +19,23 @@ def test_overlap_retrieves_and_phrases_match_whole() -> None:
     assert index.retrieve_set([]) == set()
 
 
-@pytest.mark.parametrize("raw,canonical", [
-    ("Sofa  Bed", "sofa bed"), ('"sofa."', "sofa"), ("- sofa", "sofa"), ("(Sofa)!", "sofa"),
-    ("all-clad", "all-clad"), ("7.5 qt", "7.5 qt"), ("rock & roll", "rock & roll"), ("ＳＯＦＡ", "sofa"),
-    ("sofa \t\n bed", "sofa bed"), ("...", ""), ("   ", ""), ("", ""),
-])
+@pytest.mark.parametrize(
+    "raw,canonical",
+    [
+        ("Sofa  Bed", "sofa bed"),
+        ('"sofa."', "sofa"),
+        ("- sofa", "sofa"),
+        ("(Sofa)!", "sofa"),
+        ("all-clad", "all-clad"),
+        ("7.5 qt", "7.5 qt"),
+        ("rock & roll", "rock & roll"),
+        ("ＳＯＦＡ", "sofa"),
+        ("sofa \t\n bed", "sofa bed"),
+        ("...", ""),
+        ("   ", ""),
+        ("", ""),
+    ],
+)
 def test_normalisation_of_case_punctuation_and_space(raw: str, canonical: str) -> None:
     assert normalize_keyword(raw) == canonical
 

@@ -9,13 +9,16 @@ import pytest
 from rankrl.retrieval.vector_index import VectorIndex, cached_vectors, load_vectors
 
 
-def brute_force_rank(query: np.ndarray, corpus: np.ndarray, target: int,
-                     excluded: set[int] = frozenset()) -> int:
+def brute_force_rank(
+    query: np.ndarray, corpus: np.ndarray, target: int, excluded: set[int] = frozenset()
+) -> int:
     """Sort every item by its score (float64 dot products, one at a time), the target after all items it ties
     with; its 1-based position among the items not excluded."""
     scores = [float(np.dot(query.astype(np.float64), row.astype(np.float64))) for row in corpus]
-    order = sorted((i for i in range(len(corpus)) if i not in excluded or i == target),
-                   key=lambda i: (-scores[i], i == target))
+    order = sorted(
+        (i for i in range(len(corpus)) if i not in excluded or i == target),
+        key=lambda i: (-scores[i], i == target),
+    )
     return order.index(target) + 1
 
 
@@ -35,8 +38,10 @@ def tied_target_sets(seed: int, n: int, d: int, b: int, max_targets: int):
     rng = np.random.default_rng(seed)
     index = VectorIndex([f"d{i}" for i in range(n)], tied_corpus(rng, n=n, d=d))
     queries = rng.integers(-3, 4, size=(b, d)).astype(np.float32)
-    sets = [[f"d{i}" for i in rng.choice(n, size=rng.integers(1, max_targets + 1), replace=False)]
-            for _ in range(b)]
+    sets = [
+        [f"d{i}" for i in rng.choice(n, size=rng.integers(1, max_targets + 1), replace=False)]
+        for _ in range(b)
+    ]
     return index, queries, sets
 
 
@@ -49,8 +54,10 @@ def test_rank_equals_brute_force_sort_with_many_ties(seed: int) -> None:
     queries[0] = 0.0  # a query that scores every item 0 ranks its target last
     targets = rng.integers(0, 60, size=25)
     ranks = index.rank_of(queries, [f"d{t}" for t in targets])
-    expected = [brute_force_rank(q / max(np.linalg.norm(q), 1e-12), index.vectors, t)
-                for q, t in zip(queries, targets)]
+    expected = [
+        brute_force_rank(q / max(np.linalg.norm(q), 1e-12), index.vectors, t)
+        for q, t in zip(queries, targets)
+    ]
     assert ranks.tolist() == expected
     assert ranks[0] == 60
 
@@ -159,8 +166,9 @@ def test_every_target_ranked_on_its_own_with_exclusions() -> None:
     probe = index.probe(queries, sets, excluded, every_target=True)
     for b, targets in enumerate(sets):
         mine = probe.owner == b
-        alone = index.rank_of(np.repeat(queries[b : b + 1], len(targets), axis=0), targets,
-                              [excluded[b]] * len(targets))
+        alone = index.rank_of(
+            np.repeat(queries[b : b + 1], len(targets), axis=0), targets, [excluded[b]] * len(targets)
+        )
         assert probe.target_rank[mine].tolist() == alone.tolist()
         assert probe.per_query_mean(probe.target_rank.astype(float))[b] == pytest.approx(alone.mean())
     assert probe.rank.tolist() == [probe.target_rank[probe.owner == b].min() for b in range(6)]

@@ -85,7 +85,13 @@ def test_save_writes_a_manifest_of_every_file(root):
     listed = {e["path"]: e for e in manifest["files"]}
     on_disk = {p.relative_to(ckpt).as_posix() for p in ckpt.rglob("*") if p.is_file()} - {MANIFEST}
     assert set(listed) == on_disk
-    expected_files = {STATE_FILE, OPTIMIZER_FILE, "rng_rank0.pt", "policy/model.safetensors", "policy/config.json"}
+    expected_files = {
+        STATE_FILE,
+        OPTIMIZER_FILE,
+        "rng_rank0.pt",
+        "policy/model.safetensors",
+        "policy/config.json",
+    }
     assert expected_files <= on_disk
     for p in on_disk:
         assert listed[p]["size"] == (ckpt / p).stat().st_size and len(listed[p]["sha256"]) == 64, p

@@ -19,7 +19,6 @@ from rankrl.rl.steps import backward_batch
 from rankrl.rollout.base import SamplingParams
 
 
-
 def _batch(vocab: int) -> tuple[PolicyBatch, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
     n, p, t = 8, 5, 6
@@ -34,20 +33,23 @@ def _batch(vocab: int) -> tuple[PolicyBatch, torch.Tensor]:
     return PolicyBatch(ids, attention, response, p, torch.zeros(n, t)), adv
 
 
-def _grads(model_dir: str, rows: slice | None, loss_agg: str,
-           strategy: str = "ddp") -> dict[str, torch.Tensor]:
+def _grads(
+    model_dir: str, rows: slice | None, loss_agg: str, strategy: str = "ddp"
+) -> dict[str, torch.Tensor]:
     from rankrl.models import load_policy
 
     model, _ = load_policy(model_dir, dtype="float32", device="cpu")
     batch, adv = _batch(model.config.vocab_size)
     if rows is not None:
         batch, adv = batch.rows(rows.start, rows.stop), adv[rows]
-    cfg = TrainerConfig(micro_batch_size=2, loss_agg=loss_agg, sampling=SamplingParams(max_new_tokens=6),
-                        strategy=strategy)
+    cfg = TrainerConfig(
+        micro_batch_size=2, loss_agg=loss_agg, sampling=SamplingParams(max_new_tokens=6), strategy=strategy
+    )
     backward_batch(ddp.wrap(model, strategy), batch, adv, cfg)
     # under FSDP each rank holds a shard of every gradient: gather the whole one (a collective, on all ranks)
-    return {n: ddp.full_tensor(p.grad.detach()).clone()
-            for n, p in model.named_parameters() if p.grad is not None}
+    return {
+        n: ddp.full_tensor(p.grad.detach()).clone() for n, p in model.named_parameters() if p.grad is not None
+    }
 
 
 def _join(rank: int, world: int, port: int) -> None:
@@ -89,8 +91,9 @@ def test_two_gloo_ranks_match_one_process(tmp_path: Path, model_dir: Path, loss_
 def _train(model_dir: str, run_dir: Path, strategy: str, max_steps: int, resume: bool = False) -> None:
     from tests.rl.test_trainer import vowels_loop
 
-    trainer = vowels_loop(Path(model_dir), run_dir, max_steps=max_steps, prompts_per_step=4,
-                             strategy=strategy, resume=resume)
+    trainer = vowels_loop(
+        Path(model_dir), run_dir, max_steps=max_steps, prompts_per_step=4, strategy=strategy, resume=resume
+    )
     torch.manual_seed(100 + dist.get_rank())  # each rank samples its own completions, as rankrl.train does
     trainer.train()
 
@@ -132,8 +135,9 @@ def test_fsdp_trains_like_ddp_and_resumes_exactly(tmp_path: Path, model_dir: Pat
     for name in ddp_w:
         # FSDP sums gradients in another order than DDP; Adam turns the rounding of a near-zero gradient entry
         # into a visible share of its step (measured: 2.4e-6, 0.1% of one lr=3e-3 step, in 1 of 32768 entries)
-        torch.testing.assert_close(fsdp_w[name], ddp_w[name], rtol=1e-4, atol=1e-5,
-                                   msg=lambda m, name=name: f"{name}: {m}")
+        torch.testing.assert_close(
+            fsdp_w[name], ddp_w[name], rtol=1e-4, atol=1e-5, msg=lambda m, name=name: f"{name}: {m}"
+        )
         torch.testing.assert_close(resumed_w[name], fsdp_w[name], rtol=0, atol=0, msg=name)
 
     def rewards(d: str) -> list[float]:
@@ -154,8 +158,16 @@ def test_fsdp_with_vllm_and_lora_stops_at_start_up(monkeypatch, model_dir):
     from rankrl import app
     from tests.conftest import compose
 
-    cfg = compose("train", ["model=tiny", "rollout=vllm", "trainer.strategy=fsdp",
-                            "model.lora={r: 4, alpha: 8}", f"paths.model_dir={model_dir}"])
+    cfg = compose(
+        "train",
+        [
+            "model=tiny",
+            "rollout=vllm",
+            "trainer.strategy=fsdp",
+            "model.lora={r: 4, alpha: 8}",
+            f"paths.model_dir={model_dir}",
+        ],
+    )
     OmegaConf.set_struct(cfg, False)
     monkeypatch.setattr(ddp, "world_size", lambda: 2)  # as under torchrun
     with pytest.raises(ValueError, match="trainer.strategy=ddp"):

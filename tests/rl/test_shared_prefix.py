@@ -16,8 +16,9 @@ from rankrl.rl.spans import SpanBatch
 from rankrl.rl.steps import backward_batch
 from rankrl.rollout.base import Rollouts, SamplingParams
 
-# float32. Log-probs and the loss: |shared - unshared| <= 1e-5 * (1 + |unshared|) (random tokens have log-probs
-# near -15, where SmolLM2's two paths differ by ~4e-5: matmuls and attention of other shapes round differently).
+# float32. Log-probs and the loss: |shared - unshared| <= 1e-5 * (1 + |unshared|) (random tokens have
+# log-probs near -15, where SmolLM2's two paths differ by ~4e-5: matmuls and attention of other shapes round
+# differently).
 # Gradients: ||shared - unshared|| / ||unshared|| per parameter. 1e-5 holds on the tiny model (measured 5e-6);
 # SmolLM2's 30 layers amplify rounding past it: against a float64 computation its *unshared* float32
 # gradients are already off by up to 2.3e-5, the shared ones by up to 9.9e-5 (measured, G=2, the worst
@@ -37,11 +38,17 @@ def rollout_batch(group_size: int, pad_id: int, vocab: int, seed: int = 0) -> Po
     """Prompt-major rows: G completions (1-8 tokens, so right padding) of each of three prompts."""
     g = torch.Generator().manual_seed(seed)
     prompts = [torch.randint(10, vocab, (n,), generator=g).tolist() for n in PROMPT_LENGTHS]
-    completions = [torch.randint(10, vocab, (int(torch.randint(1, 9, (1,), generator=g)),), generator=g).tolist()
-                   for _ in range(len(prompts) * group_size)]
-    rollouts = Rollouts(prompt_ids=[p for p in prompts for _ in range(group_size)], completion_ids=completions,
-                        logprobs=[[0.0] * len(c) for c in completions], texts=[""] * len(completions),
-                        group_size=group_size)
+    completions = [
+        torch.randint(10, vocab, (int(torch.randint(1, 9, (1,), generator=g)),), generator=g).tolist()
+        for _ in range(len(prompts) * group_size)
+    ]
+    rollouts = Rollouts(
+        prompt_ids=[p for p in prompts for _ in range(group_size)],
+        completion_ids=completions,
+        logprobs=[[0.0] * len(c) for c in completions],
+        texts=[""] * len(completions),
+        group_size=group_size,
+    )
     return to_policy_batch(rollouts, pad_id)
 
 
@@ -70,21 +77,31 @@ def run(model: torch.nn.Module, batch: PolicyBatch, advantages, cfg: TrainerConf
     return logps, stats["loss"], grads, counter.count
 
 
-def assert_equal_paths(model: torch.nn.Module, batch: PolicyBatch, advantages, grad_tolerance: float = TOLERANCE,
-                       **cfg_kwargs) -> None:
-    cfg = dict(micro_batch_size=len(batch), loss_agg="dapo", sampling=SamplingParams(max_new_tokens=8,
-                                                                                      temperature=0.9))
+def assert_equal_paths(
+    model: torch.nn.Module, batch: PolicyBatch, advantages, grad_tolerance: float = TOLERANCE, **cfg_kwargs
+) -> None:
+    cfg = dict(
+        micro_batch_size=len(batch),
+        loss_agg="dapo",
+        sampling=SamplingParams(max_new_tokens=8, temperature=0.9),
+    )
     cfg.update(cfg_kwargs)
-    logps, loss, grads, unshared_tokens = run(model, batch, advantages, TrainerConfig(**cfg, shared_prefix=False))
-    s_logps, s_loss, s_grads, shared_tokens = run(model, batch, advantages, TrainerConfig(**cfg, shared_prefix=True))
+    logps, loss, grads, unshared_tokens = run(
+        model, batch, advantages, TrainerConfig(**cfg, shared_prefix=False)
+    )
+    s_logps, s_loss, s_grads, shared_tokens = run(
+        model, batch, advantages, TrainerConfig(**cfg, shared_prefix=True)
+    )
     torch.testing.assert_close(s_logps, logps, rtol=TOLERANCE, atol=TOLERANCE)
     assert s_loss == pytest.approx(loss, rel=TOLERANCE, abs=TOLERANCE)
     assert grads.keys() == s_grads.keys() and grads
     worst = max(grads, key=lambda n: float((s_grads[n] - grads[n]).norm() / grads[n].norm().clamp(min=1e-30)))
     assert float((s_grads[worst] - grads[worst]).norm() / grads[worst].norm()) <= grad_tolerance, worst
-    # the shared path embedded each distinct prompt of each micro-batch once, the unshared one every row's copy
+    # the shared path embedded each distinct prompt of each micro-batch once, the unshared one every row's
+    # copy
     p, t, step = batch.prompt_len, batch.response_mask.shape[1], cfg["micro_batch_size"]
     micro = [batch.rows(i, i + step) for i in range(0, len(batch), step)]
+
     def shared(rows: PolicyBatch) -> int:
         return len(prompt_groups(rows)[0]) * p + len(rows) * (t - 1)
 
@@ -107,8 +124,7 @@ def test_micro_batches_that_split_groups(policy):
     batch = rollout_batch(4, tok.pad_token_id, model.config.vocab_size)
     advantages = torch.randn(len(batch), generator=torch.Generator().manual_seed(2))
     # micro-batches of 3 rows cut groups of 4 (gradient accumulation over them)
-    assert_equal_paths(model, batch, advantages, grad_tolerance, micro_batch_size=3,
-                       loss_agg="grpo")
+    assert_equal_paths(model, batch, advantages, grad_tolerance, micro_batch_size=3, loss_agg="grpo")
 
 
 def test_span_weighted_losses(policy):
@@ -119,7 +135,9 @@ def test_span_weighted_losses(policy):
     first = torch.zeros_like(batch.response_mask)
     first[:, :3] = 1  # "slate" = the first 3 tokens, "order" = the rest (as F-GRPO's two phases)
     masks = {"slate": first * batch.response_mask, "order": (1 - first) * batch.response_mask}
-    spans = SpanBatch({k: torch.randn(len(batch), generator=g) for k in masks}, masks, {"slate": 1.0, "order": 0.5})
+    spans = SpanBatch(
+        {k: torch.randn(len(batch), generator=g) for k in masks}, masks, {"slate": 1.0, "order": 0.5}
+    )
     assert_equal_paths(model, batch, spans, grad_tolerance)
 
 

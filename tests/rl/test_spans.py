@@ -38,7 +38,9 @@ class LogitTable(torch.nn.Module):
 
     def __init__(self, seed: int = 0) -> None:
         super().__init__()
-        self.table = torch.nn.Parameter(torch.randn(N, P + T, V, generator=torch.Generator().manual_seed(seed)))
+        self.table = torch.nn.Parameter(
+            torch.randn(N, P + T, V, generator=torch.Generator().manual_seed(seed))
+        )
 
     def forward(self, input_ids, attention_mask=None, position_ids=None, logits_to_keep=0):
         assert input_ids.shape[0] == N, "one micro-batch of every row"
@@ -77,7 +79,9 @@ def test_factorized_gradient_is_the_sum_of_per_span_grpo_gradients(loss_agg):
     # sequence advantages of that span's reward alone
     per_span = []
     for mask, rewards in ((SLATE, R_SLATE), (RANK, R_RANK)):
-        only = PolicyBatch(batch.input_ids, batch.attention_mask, mask.expand(N, T).clone(), P, batch.sampler_logprobs)
+        only = PolicyBatch(
+            batch.input_ids, batch.attention_mask, mask.expand(N, T).clone(), P, batch.sampler_logprobs
+        )
         from rankrl.rl.advantages import grpo_advantages
 
         per_span.append(_grad(only, grpo_advantages(rewards, G), loss_agg))
@@ -90,12 +94,16 @@ def test_changing_one_spans_reward_leaves_the_other_spans_gradient_unchanged():
     after = _spans(R_SLATE, R_RANK.flip(0), 1.0)
     assert torch.equal(before.advantages["slate"], after.advantages["slate"])
     assert not torch.equal(before.advantages["rank"], after.advantages["rank"])
-    slate_only = lambda s: SpanBatch({"slate": s.advantages["slate"]}, {"slate": s.masks["slate"]}, {"slate": 1.0})  # noqa: E731
+    slate_only = lambda s: SpanBatch(
+        {"slate": s.advantages["slate"]}, {"slate": s.masks["slate"]}, {"slate": 1.0}
+    )  # noqa: E731
     rank_only = lambda s: SpanBatch({"rank": s.advantages["rank"]}, {"rank": s.masks["rank"]}, {"rank": 1.0})  # noqa: E731
     g_before, g_after = _grad(batch, before, "grpo"), _grad(batch, after, "grpo")
     slate_cols = P - 1 + torch.nonzero(SLATE).flatten()  # logit columns that predict slate tokens
     torch.testing.assert_close(g_before[:, slate_cols], g_after[:, slate_cols])
-    torch.testing.assert_close(g_before, _grad(batch, slate_only(before), "grpo") + _grad(batch, rank_only(before), "grpo"))
+    torch.testing.assert_close(
+        g_before, _grad(batch, slate_only(before), "grpo") + _grad(batch, rank_only(before), "grpo")
+    )
     assert not torch.allclose(g_before, g_after)
 
 
@@ -117,12 +125,17 @@ def test_char_ranges_become_token_masks_with_a_real_tokenizer(model_dir):
     ids = tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
     slate = (text.index("<SLATE>") + 7, text.index("</SLATE>"))
     rank = (text.index("<RANK>") + 6, text.index("</RANK>"))
-    masks = span_masks({"slate": Span(torch.zeros(1), [slate]), "rank": Span(torch.zeros(1), [rank])},
-                       [ids], [text], tok, len(ids) + 2)
+    masks = span_masks(
+        {"slate": Span(torch.zeros(1), [slate]), "rank": Span(torch.zeros(1), [rank])},
+        [ids],
+        [text],
+        tok,
+        len(ids) + 2,
+    )
     pieces = lambda m: "".join(tok.decode([ids[t]]) for t in range(len(ids)) if m[0, t])  # noqa: E731
     assert pieces(masks["slate"]).strip() == "Alien, Heat, Fargo"
     assert pieces(masks["rank"]).strip() == "Heat, Alien"
-    assert masks["slate"][0, len(ids):].sum() == 0 and masks["rank"][0, -3:].sum() == 0  # eos and padding
+    assert masks["slate"][0, len(ids) :].sum() == 0 and masks["rank"][0, -3:].sum() == 0  # eos and padding
     assert "<" not in pieces(masks["slate"]) + pieces(masks["rank"])
 
 

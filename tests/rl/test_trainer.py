@@ -33,8 +33,16 @@ def _log(run_dir: Path) -> list[dict]:
 
 
 def _train_cmd(run_dir: Path, *overrides: str) -> list[str]:
-    return [sys.executable, "-m", "rankrl.train", "model=tiny", "logger=none", f"hydra.run.dir={run_dir}",
-            "task.num_eval_prompts=4", *overrides]
+    return [
+        sys.executable,
+        "-m",
+        "rankrl.train",
+        "model=tiny",
+        "logger=none",
+        f"hydra.run.dir={run_dir}",
+        "task.num_eval_prompts=4",
+        *overrides,
+    ]
 
 
 def _strip(rows: list[dict]) -> list[dict]:
@@ -46,11 +54,25 @@ def vowels_loop(model_dir: Path, run_dir: Path, **cfg) -> TrainLoop:
     from rankrl.models import load_policy
 
     torch.manual_seed(0)
-    policy, tok = load_policy(str(model_dir / "tiny"), dtype="float32", lora=cfg.pop("lora", None), device="cpu")
-    config = TrainerConfig(**{"max_steps": 3, "prompts_per_step": 2, "group_size": 4, "micro_batch_size": 4,
-                              "lr": 3e-3, "sampling": FAST, "save_every": 1, **cfg})
+    policy, tok = load_policy(
+        str(model_dir / "tiny"), dtype="float32", lora=cfg.pop("lora", None), device="cpu"
+    )
+    config = TrainerConfig(
+        **{
+            "max_steps": 3,
+            "prompts_per_step": 2,
+            "group_size": 4,
+            "micro_batch_size": 4,
+            "lr": 3e-3,
+            "sampling": FAST,
+            "save_every": 1,
+            **cfg,
+        }
+    )
     task = VowelWordsTask(num_train_prompts=8)
-    return make_loop(policy, tok, task, config, run_dir, RunLogger(run_dir), engine=HFEngine(policy, tok), seed=0)
+    return make_loop(
+        policy, tok, task, config, run_dir, RunLogger(run_dir), engine=HFEngine(policy, tok), seed=0
+    )
 
 
 def test_the_loop_learns_the_synthetic_task(tmp_path, model_dir):
@@ -68,19 +90,27 @@ def test_the_loop_learns_the_synthetic_task(tmp_path, model_dir):
 
 
 def test_one_grpo_step_scores_prompts_times_group_completions(tmp_path, model_dir):
-    loop = vowels_loop(model_dir, tmp_path, prompts_per_step=3, group_size=5, micro_batch_size=15, max_steps=1)
+    loop = vowels_loop(
+        model_dir, tmp_path, prompts_per_step=3, group_size=5, micro_batch_size=15, max_steps=1
+    )
     seen = []
     score = loop.step_fn.task.score
-    loop.step_fn.task.score = lambda examples, completions: seen.append(len(completions)) or score(examples,
-                                                                                                 completions)
+    loop.step_fn.task.score = lambda examples, completions: (
+        seen.append(len(completions)) or score(examples, completions)
+    )
     loop.train()
     assert seen == [15]
 
 
 def test_sft_lowers_the_loss_and_teaches_the_targets(tmp_path, model_dir):
     """SFT on the vowels task's targets (vowel words only): the NLL falls and the greedy reward rises."""
-    out = subprocess.run(_train_cmd(tmp_path, "trainer=sft", "trainer.max_steps=12", "trainer.lr=3e-3",
-                                    "trainer.monitor_every=6"), capture_output=True, text=True)
+    out = subprocess.run(
+        _train_cmd(
+            tmp_path, "trainer=sft", "trainer.max_steps=12", "trainer.lr=3e-3", "trainer.monitor_every=6"
+        ),
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     log = _log(tmp_path)
     losses = [r["loss"] for r in log if "loss" in r]
@@ -105,12 +135,25 @@ def _kill_after(run_dir: Path, cmd: list[str], step: int) -> None:
     assert not (run_dir / "metrics.json").exists()
 
 
-@pytest.mark.parametrize("kind,args,kill_at", [
-    ("grpo", ("trainer.max_steps=8", "trainer.save_every=2"), 4),  # vLLM's CPU engine, the default
-    ("grpo-hf", ("trainer.max_steps=8", "trainer.save_every=2", "rollout=hf"), 4),  # the reference engine
-    ("sft", ("trainer=sft", "trainer.max_steps=30", "trainer.save_every=2", "trainer.examples_per_step=64",
-             "trainer.micro_batch_size=8", "task.num_train_prompts=64"), 10),
-])
+@pytest.mark.parametrize(
+    "kind,args,kill_at",
+    [
+        ("grpo", ("trainer.max_steps=8", "trainer.save_every=2"), 4),  # vLLM's CPU engine, the default
+        ("grpo-hf", ("trainer.max_steps=8", "trainer.save_every=2", "rollout=hf"), 4),  # the reference engine
+        (
+            "sft",
+            (
+                "trainer=sft",
+                "trainer.max_steps=30",
+                "trainer.save_every=2",
+                "trainer.examples_per_step=64",
+                "trainer.micro_batch_size=8",
+                "task.num_train_prompts=64",
+            ),
+            10,
+        ),
+    ],
+)
 def test_resume_after_kill_matches_an_unbroken_run(tmp_path, model_dir, kind, args, kill_at):
     whole, broken = tmp_path / "whole", tmp_path / "broken"
     assert subprocess.run(_train_cmd(whole, *args), capture_output=True).returncode == 0
@@ -130,11 +173,17 @@ def test_resume_after_kill_matches_an_unbroken_run(tmp_path, model_dir, kind, ar
 def test_corrupted_newest_checkpoint_resumes_from_the_older_one(tmp_path, model_dir):
     """Truncate the newest checkpoint's state: resume warns, goes on from the older one, ends as unbroken."""
     # the shorter run's checkpoints must stay as training left them: it is extended below
-    args = ("trainer.max_steps=6", "trainer.save_every=2", "trainer.keep_checkpoints=3",
-            "trainer.keep_checkpoints_when_done=true")
+    args = (
+        "trainer.max_steps=6",
+        "trainer.save_every=2",
+        "trainer.keep_checkpoints=3",
+        "trainer.keep_checkpoints_when_done=true",
+    )
     whole, broken = tmp_path / "whole", tmp_path / "broken"
     assert subprocess.run(_train_cmd(whole, *args), capture_output=True).returncode == 0
-    assert subprocess.run(_train_cmd(broken, *args, "trainer.max_steps=4"), capture_output=True).returncode == 0
+    assert (
+        subprocess.run(_train_cmd(broken, *args, "trainer.max_steps=4"), capture_output=True).returncode == 0
+    )
     state = broken / "checkpoints" / "step_000004" / "trainer_state.pt"
     state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
     out = subprocess.run(_train_cmd(broken, *args, "trainer.resume=true"), capture_output=True, text=True)
@@ -174,8 +223,9 @@ def test_non_finite_loss_stops_and_keeps_the_last_checkpoint(tmp_path, model_dir
 
 def test_lora_kl_and_several_iterations_update_only_the_adapter(tmp_path, model_dir):
     lora = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
-    loop = vowels_loop(model_dir, tmp_path, lora=lora, beta=0.04, num_iterations=2, max_steps=1,
-                       micro_batch_size=3)
+    loop = vowels_loop(
+        model_dir, tmp_path, lora=lora, beta=0.04, num_iterations=2, max_steps=1, micro_batch_size=3
+    )
     before = {n: p.detach().clone() for n, p in loop.policy.named_parameters()}
     metrics = loop.train()
     changed = {n for n, p in loop.policy.named_parameters() if not torch.equal(p, before[n])}
@@ -203,6 +253,8 @@ def test_sft_masks_the_prompt(model_dir):
     from rankrl.rl.task import SFTExample
 
     _, tok = load_policy(str(model_dir / "tiny"), dtype="float32", device="cpu")
-    prompt, completion = sft_token_ids(tok, SFTExample("x", [{"role": "user", "content": "Say hi"}], "an owl"))
+    prompt, completion = sft_token_ids(
+        tok, SFTExample("x", [{"role": "user", "content": "Say hi"}], "an owl")
+    )
     assert tok.decode(completion) == "an owl" + tok.eos_token
     assert "Say hi" in tok.decode(prompt) and tok.decode(prompt).rstrip().endswith("assistant")

@@ -231,9 +231,15 @@ def test_progress_wrapper_returns_the_generations_unchanged_and_counts_them(caps
 
     def generate(prompts):
         calls.append(len(prompts))
-        return [Generation(text=f"answer {i}", prompt_tokens=3, completion_tokens=2) for i in range(len(prompts))]
+        return [
+            Generation(text=f"answer {i}", prompt_tokens=3, completion_tokens=2) for i in range(len(prompts))
+        ]
 
     counted = with_progress(generate, "judge generations")
-    assert [g.text for g in counted([[{"role": "user", "content": "a"}]] * 3)] == ["answer 0", "answer 1", "answer 2"]
+    assert [g.text for g in counted([[{"role": "user", "content": "a"}]] * 3)] == [
+        "answer 0",
+        "answer 1",
+        "answer 2",
+    ]
     assert counted([]) == []
     assert calls == [3, 0]

@@ -3,7 +3,8 @@ SmolLM2-135M-Instruct: log-probs against the trainer's recompute, the weight pus
 row order, stop strings, seeding, two engines in one process, and what it says when it cannot run.
 
 Tensor parallelism runs on the CPU too (two torchrun ranks). The CPU has no sleep mode: only the sleep/wake
-sequencing is checked, by recording the calls on the real engine (``test_sleep_and_wake_surround_each_generation``).
+sequencing is checked, by recording the calls on the real engine
+(``test_sleep_and_wake_surround_each_generation``).
 """
 
 from __future__ import annotations
@@ -34,10 +35,16 @@ PROMPTS = [
 ]
 # few-shot prompts that make SmolLM2 write the Rank-R1 answer tag, so the stop string is really met
 ANSWER_PROMPTS = [
-    [{"role": "user", "content": "Copy: <answer>2</answer> done"}, {"role": "assistant", "content": "<answer>2</answer> done"},
-     {"role": "user", "content": "Copy: <answer>5</answer> done"}],
-    [{"role": "user", "content": "Say <answer>3</answer>"}, {"role": "assistant", "content": "<answer>3</answer>"},
-     {"role": "user", "content": "Say <answer>4</answer>"}],
+    [
+        {"role": "user", "content": "Copy: <answer>2</answer> done"},
+        {"role": "assistant", "content": "<answer>2</answer> done"},
+        {"role": "user", "content": "Copy: <answer>5</answer> done"},
+    ],
+    [
+        {"role": "user", "content": "Say <answer>3</answer>"},
+        {"role": "assistant", "content": "<answer>3</answer>"},
+        {"role": "user", "content": "Say <answer>4</answer>"},
+    ],
 ]
 T1 = SamplingParams(max_new_tokens=24, temperature=1.0)
 FILTERED = SamplingParams(max_new_tokens=24, temperature=0.7, top_p=0.9, top_k=40)
@@ -115,7 +122,10 @@ def test_stop_string_ends_the_completion_and_stays_in_the_text(engine, smollm2):
     assert free.texts == ["<answer>5</answer> done"]  # without the stop string the model writes on
     out = engine.generate(ANSWER_PROMPTS, n=1, sampling=stopped)
     assert out.texts == ["<answer>5</answer>", "<answer>4</answer>"]
-    assert out.completion_ids == HFEngine(*smollm2).generate(ANSWER_PROMPTS, n=1, sampling=stopped).completion_ids
+    assert (
+        out.completion_ids
+        == HFEngine(*smollm2).generate(ANSWER_PROMPTS, n=1, sampling=stopped).completion_ids
+    )
 
 
 # ------------------------------------------------------------------ weight push
@@ -201,15 +211,29 @@ def test_tensor_parallel_group_samples_each_ranks_own_prompts(tmp_path, model_di
     of them), and each rank gets its own rows back, greedy completions equal to the transformers engine's."""
     script = tmp_path / "tp.py"
     script.write_text(TP_SCRIPT)
-    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", str(script),
-                          str(model_dir / "tiny"), str(tmp_path)], capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=2",
+            str(script),
+            str(model_dir / "tiny"),
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     results = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
     assert [r["rank"] for r in results] == [0, 1]
     reference = HFEngine(*load_policy(str(model_dir / "tiny")))
     for r in results:
         assert len(r["ids"]) == 2 * (r["rank"] + 1)
-        want = reference.generate(r["prompts"], n=2, sampling=SamplingParams(max_new_tokens=8, temperature=0.0))
+        want = reference.generate(
+            r["prompts"], n=2, sampling=SamplingParams(max_new_tokens=8, temperature=0.0)
+        )
         assert r["prompt_ids"] == want.prompt_ids and r["ids"] == want.completion_ids
 
 
@@ -218,10 +242,16 @@ def test_a_model_vllm_cannot_run_is_reported_at_start(tmp_path, model_dir):
     from transformers import AutoConfig, AutoTokenizer, LlamaForCausalLM
 
     config = AutoConfig.from_pretrained(model_dir / "tiny")
-    config.head_dim, config.num_attention_heads, config.num_key_value_heads = 16, 8, 8  # what CPU attention lacks
+    config.head_dim, config.num_attention_heads, config.num_key_value_heads = (
+        16,
+        8,
+        8,
+    )  # what CPU attention lacks
     LlamaForCausalLM(config).save_pretrained(tmp_path)
     AutoTokenizer.from_pretrained(model_dir / "tiny").save_pretrained(tmp_path)
-    with pytest.raises(EnvironmentProblem, match="vLLM cannot run this model on the cpu platform.*head_dim=16"):
+    with pytest.raises(
+        EnvironmentProblem, match="vLLM cannot run this model on the cpu platform.*head_dim=16"
+    ):
         rv.VLLMEngine(*load_policy(str(tmp_path)))
 
 
@@ -242,14 +272,21 @@ print("started")
 
 def test_engine_starts_after_numba_has_run(model_dir):
     """vLLM's kernel rebinding scans every loaded module; llvmlite's lazy library object used to break it."""
-    out = subprocess.run([sys.executable, "-c", NUMBA_FIRST], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "RANKRL_CACHE_DIR": str(model_dir.parent)})
+    out = subprocess.run(
+        [sys.executable, "-c", NUMBA_FIRST],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "RANKRL_CACHE_DIR": str(model_dir.parent)},
+    )
     assert out.returncode == 0 and "started" in out.stdout, out.stderr[-3000:]
 
 
 def test_missing_vllm_names_the_fix(monkeypatch):
     monkeypatch.setattr(rv.importlib.util, "find_spec", lambda name, *a: None)
-    with pytest.raises(EnvironmentProblem, match=r"vllm is not installed: `make install` installs vLLM's CPU engine"):
+    with pytest.raises(
+        EnvironmentProblem, match=r"vllm is not installed: `make install` installs vLLM's CPU engine"
+    ):
         rv.check_vllm_available()
 
 
@@ -261,7 +298,7 @@ def test_rl_and_rollout_modules_never_import_vllm(tmp_path):
 
     modules = ["rankrl.rl"] + [f"rankrl.rl.{m.name}" for m in pkgutil.iter_modules(rankrl.rl.__path__)]
     modules += ["rankrl.rollout", "rankrl.rollout.hf", "rankrl.rollout.vllm", "rankrl.models"]
-    code = "import importlib\nfor m in %r:\n    importlib.import_module(m)\nprint('ok')" % modules
+    code = f"import importlib\nfor m in {modules!r}:\n    importlib.import_module(m)\nprint('ok')"
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{REPO}"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-2000:]

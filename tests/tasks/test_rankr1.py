@@ -490,6 +490,9 @@ def test_evaluate_with_an_oracle_llm_reaches_the_ideal_ndcg(dl19, dl20, metrics_
     task = RankR1Task(dl20, dl19, reasoning=reasoning, rerank_depth=depth)
     generate = oracle_generator(dl19, reasoning)
     out = task.evaluate({"policy": generate}, "test")
+    assert out["per_query"]["nDCG@10"].mean() == pytest.approx(out["metrics"]["nDCG@10"])
+    judged = {q for q in dl19.splits["test"] if q in dl19.qrels}
+    assert set(out["per_query"].index) == judged  # per_query.csv: every judged query evaluated
     ideal = {}
     for qid in dl19.splits["test"]:
         first = list(dl19.runs["bm25"][qid])
@@ -584,8 +587,9 @@ def test_format_warm_start_labels_carry_no_relevance_signal(dl20):
 
     from rankrl.tasks.rankr1 import GENERIC_THINK, parse_answer, setwise_training_examples, sft_completion
 
-    examples = setwise_training_examples(dl20, "judged_pool", num_candidates=5, seed=0, pool_depth=100,
-                                         text=lambda d: d)
+    examples = setwise_training_examples(
+        dl20, "judged_pool", num_candidates=5, seed=0, pool_depth=100, text=lambda d: d
+    )
     assert len(examples) > 300
     labels = []
     for ex in examples:

@@ -20,10 +20,33 @@ from rankrl.tasks.rankr1 import (
 
 UNIT = "<think>x</think><answer>"
 PIECES = [
-    "<think>", "</think>", "<answer>", "</answer>",  # whole tags
-    "<", ">", "/", "think", "answer", "<think", "</think", "<answer", "</answer", "think>", "answer>",
-    "<THINK>", "</Think>", "<ANSWER>", "</ANSWER>",  # case: the lower-cased search sees these as tags
-    "[", "]", "[3]", "[12]", "(", ")", ".*", "\\s",
+    "<think>",
+    "</think>",
+    "<answer>",
+    "</answer>",  # whole tags
+    "<",
+    ">",
+    "/",
+    "think",
+    "answer",
+    "<think",
+    "</think",
+    "<answer",
+    "</answer",
+    "think>",
+    "answer>",
+    "<THINK>",
+    "</Think>",
+    "<ANSWER>",
+    "</ANSWER>",  # case: the lower-cased search sees these as tags
+    "[",
+    "]",
+    "[3]",
+    "[12]",
+    "(",
+    ")",
+    ".*",
+    "\\s",
 ]
 # whitespace (ASCII and Unicode: \s), digits, letters; "\u0130" and the Kelvin sign change length or letter
 # when lower-cased
@@ -53,8 +76,10 @@ def fuzz_strings(n: int, seed: int) -> list[str]:
     rng = random.Random(seed)
 
     def filler(k: int, tag_share: float) -> str:
-        return "".join(rng.choice(PIECES) if rng.random() < tag_share else rng.choice(CHARS)
-                       for _ in range(rng.randrange(k)))
+        return "".join(
+            rng.choice(PIECES) if rng.random() < tag_share else rng.choice(CHARS)
+            for _ in range(rng.randrange(k))
+        )
 
     out = []
     for i in range(n):
@@ -100,21 +125,27 @@ def test_raw_group_equals_official_group_before_strip():
             assert rankr1._find_answer(text, think=reasoning) == (match.group(1) if match else None), text
 
 
-@pytest.mark.parametrize("text, think, group", [
-    ("<think>a</think> \n\t<answer> [2] </answer>", True, " [2] "),
-    ("<think>a</think>\u3000<answer>[2]</answer>", True, "[2]"),  # \s is Unicode whitespace
-    ("<think><think></think><answer>[1]</answer>", True, "[1]"),  # nested open: the first one starts
-    ("<think>a</think>b</think><answer>[4]</answer>", True, "[4]"),  # a later </think> fits
-    ("<think>a</think><answer><answer>[1]</answer></answer>", True, "<answer>[1]"),
-    ("<think>a</think><answer>[1]<think>b</think><answer>[2]</answer>", True,
-     "[1]<think>b</think><answer>[2]"),
-    ("<think></think><answer></answer>", True, ""),
-    ("<think>a</think><answer>[1]", True, None),  # unclosed answer
-    ("<think>a<answer>[1]</answer>", True, None),  # unclosed think
-    ("</think><answer>[1]</answer><think>", True, None),  # tags in the wrong order
-    ("<answer>[1]</answer><answer>[2]</answer>", False, "[1]"),
-    ("<answer><answer>[1]</answer>", False, "<answer>[1]"),
-])
+@pytest.mark.parametrize(
+    "text, think, group",
+    [
+        ("<think>a</think> \n\t<answer> [2] </answer>", True, " [2] "),
+        ("<think>a</think>\u3000<answer>[2]</answer>", True, "[2]"),  # \s is Unicode whitespace
+        ("<think><think></think><answer>[1]</answer>", True, "[1]"),  # nested open: the first one starts
+        ("<think>a</think>b</think><answer>[4]</answer>", True, "[4]"),  # a later </think> fits
+        ("<think>a</think><answer><answer>[1]</answer></answer>", True, "<answer>[1]"),
+        (
+            "<think>a</think><answer>[1]<think>b</think><answer>[2]</answer>",
+            True,
+            "[1]<think>b</think><answer>[2]",
+        ),
+        ("<think></think><answer></answer>", True, ""),
+        ("<think>a</think><answer>[1]", True, None),  # unclosed answer
+        ("<think>a<answer>[1]</answer>", True, None),  # unclosed think
+        ("</think><answer>[1]</answer><think>", True, None),  # tags in the wrong order
+        ("<answer>[1]</answer><answer>[2]</answer>", False, "[1]"),
+        ("<answer><answer>[1]</answer>", False, "<answer>[1]"),
+    ],
+)
 def test_known_cases_match_the_regex(text, think, group):
     match = re.search(OFFICIAL_PATTERN if think else OFFICIAL_PLAIN_PATTERN, text, re.DOTALL)
     assert (match.group(1) if match else None) == group
