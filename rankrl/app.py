@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from rankrl import distributed as ddp
 from rankrl.errors import ConfigError, EnvironmentProblem
 from rankrl.rl.config import typed_node
-from rankrl.rl.task import DEFAULT_ROLE, EvalTask, TrainTask
+from rankrl.rl.task import DEFAULT_ROLE, EvalTask
 from rankrl.rollout.base import Generator, RolloutEngine, SamplingParams, engine_generator, with_progress
 from rankrl.runs import METRICS_FILE
 
@@ -55,14 +55,6 @@ def build_task(cfg: DictConfig) -> EvalTask:
     task = instantiate_component(cfg.task)
     if not isinstance(task, EvalTask):
         raise ConfigError(f"task {cfg.task._target_} does not implement rankrl.rl.task.EvalTask")
-    return task
-
-
-def trainable(task: EvalTask, cfg: DictConfig) -> TrainTask:
-    if not isinstance(task, TrainTask):
-        raise ConfigError(
-            f"task {cfg.task.name!r} is evaluation-only: run `python -m rankrl.evaluate` with it"
-        )
     return task
 
 

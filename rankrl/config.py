@@ -65,6 +65,30 @@ def check_run_keys(cfg: DictConfig) -> None:
     typed_node({f.name: cfg.get(f.name) for f in fields(RunKeys) if f.name in cfg}, RunKeys, "")
 
 
+def check_trainable(cfg: DictConfig) -> None:
+    """Stop with ``ConfigError`` when the configured trainer's kind (``grpo`` or ``sft``) is not among what
+    the task's class declares it ``trains`` (``rankrl.rl.task.TaskBase``): before any model loads, and for
+    every stage before a pipeline starts."""
+    from hydra.utils import get_class
+
+    from rankrl.errors import ConfigError
+    from rankrl.rl.config import STEP_TYPES
+
+    kind = STEP_TYPES.get(cfg.trainer.get("_target_"))
+    if kind is None:  # an unknown step type: build_trainer_config names the valid ones
+        return
+    trains = frozenset(getattr(get_class(cfg.task._target_), "trains", ()))
+    if kind in trains:
+        return
+    task = cfg.task.get("name", cfg.task._target_)
+    if not trains:
+        raise ConfigError(f"task {task!r} is evaluation-only: run `python -m rankrl.evaluate` with it")
+    raise ConfigError(
+        f"task {task!r} does not train with {kind}; it trains with: "
+        + ", ".join(f"trainer={k}" for k in sorted(trains))
+    )
+
+
 def group_choices(group: str) -> list[str]:
     """The options of a config group, nested folders included (``experiment`` ->
     ``<paper>/<experiment>`` ...)."""

@@ -34,7 +34,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 import rankrl.config  # noqa: F401  (resolvers, schemas, offline defaults)
-from rankrl.config import CONFIG_DIR, check_overrides
+from rankrl.config import CONFIG_DIR, check_overrides, check_trainable
 from rankrl.errors import ConfigError
 from rankrl.rl.task import DEFAULT_ROLE
 from rankrl.runs import METRICS_FILE
@@ -150,6 +150,9 @@ def run_pipeline(overrides: list[str]) -> Path:
     roles = list(cfg.roles) if cfg.get("roles") else [DEFAULT_ROLE]
     stages = plan(expand(OmegaConf.to_container(cfg.pipeline, resolve=True)), roles)
     root = Path(cfg.paths.log_dir) / cfg.experiment_name / f"{cfg.scale}-{cfg.model.name}" / f"seed{cfg.seed}"
+    for stage in stages:  # every training stage can train its task, before the first one starts
+        if stage.entry == "train":
+            check_trainable(compose([*stage.overrides, *overrides]))
     for i, stage in enumerate(stages, 1):
         folder = root / stage.name
         head = (

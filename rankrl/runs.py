@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
@@ -49,6 +48,8 @@ def git_commit() -> str:
 
 def seed_everything(seed: int) -> None:
     """Seed python, numpy and torch; CPU runs with the same seed give the same metrics."""
+    import torch  # here, not at import: the report and the pipeline read this module without torch
+
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)

@@ -19,15 +19,8 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 import rankrl.config  # noqa: F401  (resolvers, offline defaults)
-from rankrl import app
-from rankrl import distributed as ddp
 from rankrl.cli import one_line_errors
-from rankrl.config import CONFIG_DIR, check_overrides, check_run_keys, precheck
-from rankrl.rl.checkpoint import finish_checkpoints
-from rankrl.rl.config import build_trainer_config
-from rankrl.rl.trainer import make_loop
-from rankrl.runs import run_record, seed_everything, write_run_files
-from rankrl.tracking import RunLogger
+from rankrl.config import CONFIG_DIR, check_overrides, check_run_keys, check_trainable, precheck
 
 log = logging.getLogger(__name__)
 
@@ -35,13 +28,23 @@ log = logging.getLogger(__name__)
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Train the role ``cfg.train_role``, evaluate the final policy, write the run's files; returns the
     record."""
+    # torch, transformers and peft load here, not at import: `--help` and `--cfg job` answer without them
+    from rankrl import app
+    from rankrl import distributed as ddp
+    from rankrl.rl.checkpoint import finish_checkpoints
+    from rankrl.rl.config import build_trainer_config
+    from rankrl.rl.trainer import make_loop
+    from rankrl.runs import run_record, seed_everything, write_run_files
+    from rankrl.tracking import RunLogger
+
     check_run_keys(cfg)
+    check_trainable(cfg)
     app.check_machine(cfg)
     trainer_cfg = build_trainer_config(cfg.trainer)
     ddp.init_from_env()
     seed_everything(int(cfg.seed))
     run_dir = Path(cfg.paths.output_dir)
-    task = app.trainable(app.build_task(cfg), cfg)
+    task = app.build_task(cfg)
     role_name = app.check_train_role(cfg, task)
     roles = app.build_roles(cfg)
     trained = roles[role_name]

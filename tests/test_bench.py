@@ -37,9 +37,9 @@ def test_trl_reward_is_the_vowels_reward_on_either_completion_format() -> None:
 
 def test_benchmark_runs_both_sides_and_reports_them(model_dir, tmp_path, capsys) -> None:
     """Tiny model, one timed step each (no warm-up), 4 new tokens: structure only, no timing asserts."""
-    trl = pytest.importorskip("trl", reason="TRL is a test dependency: pip install -r requirements/cpu.txt")
     import torch
     import transformers
+    import trl  # a setup dependency (requirements/cpu.txt): missing fails, never skips
 
     out = tmp_path / "bench.json"
     result = bench.main(
@@ -110,7 +110,6 @@ def _records(step_s: list[float]) -> list[dict]:
     ],
 )
 def test_summary_ratio_and_goal_from_hand_computed_medians(ours, trl, ratio, met, verdict) -> None:
-    pytest.importorskip("trl", reason="TRL is a test dependency: pip install -r requirements/cpu.txt")
     cfg = bench.BenchConfig(model="tiny", repeats=len(ours), warmup=0)
     result = bench.summarize(cfg, {"ours": _records(ours), "trl": _records(trl)}, {"ours": 2, "trl": 2}, 0.0)
     assert result["ratio_ours_over_trl"] == pytest.approx(ratio, abs=1e-12)
@@ -171,7 +170,6 @@ def test_rankr1_shape_times_the_shared_update_against_the_unshared_one_and_trl(
     """The tiny model on the Rank-R1 shape (2 prompts of ~365 tokens x G=8), one timed step per side:
     three workers (ours, ours with G prompt copies, TRL), the update ratio and the last line; no timing
     asserts."""
-    pytest.importorskip("trl", reason="TRL is a test dependency: pip install -r requirements/cpu.txt")
     out = tmp_path / "rankr1.json"
     done = subprocess.run(
         [

@@ -127,3 +127,15 @@ def test_user_errors_end_in_one_line_without_traceback(tmp_path, model_dir, over
     assert "Traceback" not in out.stderr
     full = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HYDRA_FULL_ERROR": "1"})
     assert full.returncode != 0 and "Traceback" in full.stderr
+
+
+def test_entry_points_import_without_torch():
+    """`--help` and `--cfg job` answer in about half a second because the entry points load torch,
+    transformers and peft only when a run starts (a fresh interpreter: other tests' imports do not count)."""
+    code = (
+        "import sys, rankrl.train, rankrl.evaluate, rankrl.pipeline, rankrl.report.__main__\n"
+        "heavy = [m for m in ('torch', 'transformers', 'peft', 'vllm') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]

@@ -15,17 +15,17 @@ one reward) it uses 0. A group whose rewards are all equal gets exactly 0 here, 
 rounding residue of ``r - mean`` that TRL can leave; that is the only place we differ from TRL.
 
 Because ``grpo`` standardises within each group, any map ``a*r + b`` with ``a > 0`` leaves its
-advantages unchanged (up to the ``eps`` term); GRAPE relies on this to argue that the exact
-rank-to-reward mapping does not matter.
+advantages unchanged (up to the ``eps`` term): a task whose reward is a monotone map of a rank or a score
+need not argue which exact map it uses.
 
 Estimators are registered by name (``@register_advantage``) so a Hydra config picks one with a string.
-Token-level advantages (``broadcast_to_tokens``, ``span_advantages``) turn the (N,) result into the
-(N, T) tensor the policy loss takes; F-GRPO gives slate tokens and rank tokens different advantages.
+``broadcast_to_tokens`` turns the (N,) result into the (N, T) tensor the policy loss takes; advantages that
+differ between token spans of one completion are ``rankrl.rl.spans``'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -164,41 +164,3 @@ def broadcast_to_tokens(advantages: Tensor, response_mask: Tensor) -> Tensor:
             f"{tuple(response_mask.shape)}"
         )
     return advantages.unsqueeze(1) * response_mask.to(advantages.dtype)  # (N, T)
-
-
-def span_advantages(
-    seq_advantages: Mapping[str, Tensor],
-    span_masks: Mapping[str, Tensor],
-    weights: Mapping[str, float] | None = None,
-) -> Tensor:
-    """Per-token advantages where each named token span carries its own sequence advantage.
-
-    F-GRPO: the slate tokens of a completion get the slate advantage and the rank tokens get
-    lambda times the rank advantage; delimiters and any other token belong to no span and get 0.
-    Spans may overlap, in which case their weighted advantages add up.
-
-    Args:
-        seq_advantages: span name -> (N,) advantages of that span's reward.
-        span_masks: span name -> (N, T) 0/1 mask of that span's tokens; same names as seq_advantages.
-        weights: span name -> multiplier (default 1.0 for every span), e.g. ``{"rank": lam}``.
-
-    Returns:
-        (N, T) float advantages.
-    """
-    if set(seq_advantages) != set(span_masks) or not span_masks:
-        raise ValueError(
-            f"seq_advantages and span_masks need the same non-empty span names; got "
-            f"{sorted(seq_advantages)} and {sorted(span_masks)}"
-        )
-    weights = dict(weights or {})
-    unknown = set(weights) - set(span_masks)
-    if unknown:
-        raise ValueError(f"weights name unknown spans {sorted(unknown)}; spans are {sorted(span_masks)}")
-    shapes = {tuple(m.shape) for m in span_masks.values()}
-    if len(shapes) != 1:
-        raise ValueError(f"all span masks must share one (N, T) shape; got {sorted(shapes)}")
-    total = None
-    for name, mask in span_masks.items():
-        part = weights.get(name, 1.0) * broadcast_to_tokens(seq_advantages[name].float(), mask)  # (N, T)
-        total = part if total is None else total + part
-    return total

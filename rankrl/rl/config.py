@@ -16,7 +16,6 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from rankrl.distributed import check_strategy
 from rankrl.errors import ConfigError
 from rankrl.rollout.base import SamplingParams
 
@@ -153,6 +152,8 @@ class TrainerConfig:
         from rankrl.rl.losses import get_loss_agg
 
         try:
+            from rankrl.distributed import check_strategy  # torch: imported when a run is built
+
             check_strategy(self.strategy)
             get_advantage_fn(self.advantage)
             get_loss_agg(self.loss_agg)

@@ -199,7 +199,7 @@ def policy_loss(
         logprobs: (N, T) log-probs of the sampled tokens under the policy being trained (with grad).
         old_logprobs: (N, T) log-probs under the policy that sampled them; None means on-policy
             (``logprobs.detach()``, ratio 1), as TRL does when it skips their computation.
-        advantages: (N,) per sequence or (N, T) per token (``span_advantages``).
+        advantages: (N,) per sequence or (N, T) per token (``rankrl.rl.spans.SpanBatch``).
         response_mask: (N, T) 1 on completion tokens that enter the loss, 0 on padding (and on
             tokens a task masks out, e.g. F-GRPO's delimiters).
         eps_low, eps_high: clip range [1 - eps_low, 1 + eps_high] of the ratio (DAPO's clip-higher

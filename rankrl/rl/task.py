@@ -23,9 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
-import torch
+if TYPE_CHECKING:  # annotations only (from __future__): the pipeline and configs import this module
+    import torch
 
 from rankrl.rollout.base import Generator, Messages
 
@@ -138,6 +139,10 @@ class TaskBase:
     name: ClassVar[str] = "task"
     uses_model: ClassVar[bool] = True
     roles: ClassVar[tuple[str, ...]] = (DEFAULT_ROLE,)
+    # what the task provides beyond evaluation: "grpo" (train_examples, score, monitor), "sft" (sft_examples).
+    # Checked when a training run's config is built (rankrl.config.check_trainable), so an evaluation-only
+    # task never reaches a stub below
+    trains: ClassVar[frozenset[str]] = frozenset()
 
     role: str = DEFAULT_ROLE
     generators: Mapping[str, Generator] = {}

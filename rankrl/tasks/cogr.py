@@ -85,6 +85,16 @@ class Catalog:
     relevant: dict[str, frozenset[str]]
     splits: dict[str, list[str]]
 
+    def __post_init__(self) -> None:
+        # set_prf(empty, empty) = 1: a query with nothing relevant would reward retrieving nothing and count
+        # as perfect in the mean; trec_eval leaves such queries out, and so do training and evaluation here
+        empty = [q for qids in self.splits.values() for q in qids if not self.relevant.get(q)]
+        if empty:
+            raise ValueError(
+                f"catalog {self.name!r}: {len(empty)} queries without a relevant item (e.g. {empty[0]!r}); "
+                "drop them when building it (binarize does)"
+            )
+
     def split(self, name: str) -> list[str]:
         if name not in self.splits:
             raise KeyError(f"catalog {self.name!r} has no split {name!r}; valid: {', '.join(self.splits)}")
@@ -619,6 +629,8 @@ class CoGRTask(CatalogOnDemand, TaskBase):
         index_sampling: the evaluation sampling; part of the identity of base-model keyword files.
         seed: the base-model keyword file's identity (sampling is seeded by the run).
     """
+
+    trains = frozenset({"grpo", "sft"})
 
     name = "cogr"
     roles = ("query", "item")

@@ -572,6 +572,8 @@ class FGRPOTask(TaskBase):
         seed: the QA id shuffle and the SFT fillers.
     """
 
+    trains = frozenset({"grpo", "sft"})
+
     name = "fgrpo"
 
     benchmark: str | Benchmark = "movielens-100k"
@@ -762,6 +764,7 @@ class TwoStepTask(FGRPOTask):
 
     roles = ("selector", "ranker")
     role = "selector"
+    trains = frozenset({"sft"})  # decoupled SFT; F-GRPO and GRPO train FGRPOTask (the unified rollout)
 
     def sft_examples(self) -> list[SFTExample]:
         out = []
@@ -783,15 +786,6 @@ class TwoStepTask(FGRPOTask):
                     )
                 )
         return out
-
-    def train_examples(self) -> list[Example]:
-        raise NotImplementedError(
-            "the two-step baselines are zero-shot or SFT-trained; F-GRPO trains "
-            "FGRPOTask (the unified rollout)"
-        )
-
-    def score(self, examples: Sequence[Example], completions: Sequence[str]) -> Scores:
-        raise NotImplementedError("the two-step baselines have no reward")
 
     def two_step(self, generators: Mapping[str, Generator], pools: Sequence[Pool]):
         """Slates from the selector, then rankings of those slates from the ranker (an empty slate is not

@@ -367,6 +367,8 @@ class GrapeTask(TaskBase):
         seed: fixes the probe set and the warm start's dropped words.
     """
 
+    trains = frozenset({"grpo", "sft"})
+
     name = "grape"
 
     def __init__(
@@ -677,6 +679,7 @@ class RawQueryTask(GrapeTask):
 
     uses_model = False
     roles: tuple[str, ...] = ()
+    trains = frozenset()  # evaluation only
 
     def evaluate(
         self, generators: Mapping[str, Generator], split: str, limit: int | None = None

@@ -442,6 +442,8 @@ class RankR1Task(TaskBase):
         cache_dir: where a first stage built here (BRIGHT's BM25) is cached (``paths.cache_dir``).
     """
 
+    trains = frozenset({"grpo", "sft"})
+
     name = "rankr1"
 
     train_benchmark: str | Benchmark = "dl20"

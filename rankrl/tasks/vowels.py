@@ -69,6 +69,8 @@ class VowelWordsTask(TaskBase):
         seed: shuffles the topic order.
     """
 
+    trains = frozenset({"grpo", "sft"})
+
     name = "vowels"
 
     def __init__(self, num_train_prompts: int = 64, num_eval_prompts: int = 16, seed: int = 0) -> None:

@@ -17,6 +17,12 @@ from tests.conftest import compose, experiment_names
 EXPERIMENTS = experiment_names()
 
 
+def _experiment_text(name: str) -> str:
+    from rankrl.config import CONFIG_DIR
+
+    return (CONFIG_DIR / "experiment" / f"{name}.yaml").read_text()
+
+
 def test_there_are_experiments():
     # glob(*) would silently miss nested folders (STYLE.md): count what rglob finds instead
     assert len(EXPERIMENTS) >= 5, EXPERIMENTS
@@ -144,3 +150,29 @@ def test_data_dir_override_reaches_every_entry_point(tmp_path):
     for entry in ("train", "evaluate"):
         cfg = compose(entry, [f"paths.data_dir={tmp_path}", "experiment=rankr1/bm25_dl19"])
         assert cfg.task.data_dir == str(tmp_path)
+
+
+def test_a_trainer_the_task_cannot_use_stops_before_anything_loads():
+    from rankrl.config import check_trainable
+
+    with pytest.raises(ConfigError, match="evaluation-only: run `python -m rankrl.evaluate`"):
+        check_trainable(compose("train", ["experiment=grape/cpu_raw_query"]))
+    with pytest.raises(ConfigError, match="does not train with grpo; it trains with: trainer=sft"):
+        check_trainable(compose("train", ["experiment=fgrpo/twostep_movielens", "trainer=grpo"]))
+    check_trainable(compose("train", ["experiment=fgrpo/twostep_movielens", "trainer=sft"]))
+
+
+@pytest.mark.parametrize("experiment", [e for e in EXPERIMENTS if "\npipeline:" in _experiment_text(e)])
+def test_every_pipeline_stage_trains_what_its_task_trains(experiment: str):
+    """run_pipeline checks this before its first stage; here for every pipeline the suite ships."""
+    from omegaconf import OmegaConf
+
+    from rankrl.config import check_trainable
+    from rankrl.pipeline import expand, plan
+
+    cfg = compose("train", [f"experiment={experiment}"])
+    roles = list(cfg.roles) if cfg.get("roles") else ["policy"]
+    stages = plan(expand(OmegaConf.to_container(cfg.pipeline, resolve=True)), roles)
+    for stage in stages:
+        if stage.entry == "train":
+            check_trainable(compose("train", [*stage.overrides, f"experiment={experiment}"]))

@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pytest
 
 from rankrl.data.records import Document
 from rankrl.retrieval.bm25s_index import BM25S, LUCENE_STOPWORDS, LuceneLikeTokenizer, rank_nonzero
-
-HAS_PYSTEMMER = importlib.util.find_spec("Stemmer") is not None
-needs_pystemmer = pytest.mark.skipif(
-    not HAS_PYSTEMMER, reason="PyStemmer not installed (`pip install PyStemmer`)"
-)
 
 DOCS = [
     Document("d1", "The cat sat on the mat."),
@@ -54,7 +47,6 @@ def test_tokenizer_matches_lucene_conventions() -> None:
     assert len(LUCENE_STOPWORDS) == 33 and "the" in LUCENE_STOPWORDS
 
 
-@needs_pystemmer
 def test_porter_stemming_joins_word_forms() -> None:
     run = BM25S(DOCS, stemmer="porter").search({"q": "running dogs"}, k=10)
     assert set(run["q"]) == {"d2", "d3"}  # "run" and "dog" match after stemming
@@ -90,7 +82,6 @@ def test_top10_close_to_pyserini_without_stemming(lucene_bm25, dl19_sample) -> N
     assert overlap >= 0.55  # measured 0.63: Lucene stems, this does not
 
 
-@needs_pystemmer
 def test_top10_matches_pyserini_with_porter(lucene_bm25, dl19_sample) -> None:
     queries, docs, _ = dl19_sample
     overlap = mean_jaccard(BM25S(docs, stemmer="porter").search(queries, 10), lucene_bm25.search(queries, 10))

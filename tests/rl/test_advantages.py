@@ -13,7 +13,6 @@ from rankrl.rl.advantages import (
     broadcast_to_tokens,
     compute_advantages,
     get_advantage_fn,
-    span_advantages,
 )
 
 
@@ -133,60 +132,3 @@ def test_broadcast_to_tokens_zero_outside_mask() -> None:
     assert torch.equal(broadcast_to_tokens(adv, mask), expected)
     with pytest.raises(ValueError, match="response_mask"):
         broadcast_to_tokens(adv, mask[:1])
-
-
-def _loop_span_advantages(seq_adv, masks, weights):
-    n, t = next(iter(masks.values())).shape
-    out = [[0.0] * t for _ in range(n)]
-    for name, mask in masks.items():
-        for i in range(n):
-            for j in range(t):
-                if mask[i][j]:
-                    out[i][j] += weights.get(name, 1.0) * float(seq_adv[name][i])
-    return torch.tensor(out)
-
-
-def test_span_advantages_fgrpo_slate_and_rank() -> None:
-    # Row layout: <SLATE> s s </SLATE> <RANK> r r </RANK> pad; delimiters belong to no span.
-    slate = torch.tensor([[0, 1, 1, 0, 0, 0, 0, 0, 0]] * 2)
-    rank = torch.tensor([[0, 0, 0, 0, 0, 1, 1, 0, 0]] * 2)
-    seq = {"slate": torch.tensor([0.7, -0.7]), "rank": torch.tensor([-1.0, 1.0])}
-    got = span_advantages(seq, {"slate": slate, "rank": rank}, weights={"rank": 0.5})
-    assert got[0].tolist() == pytest.approx([0, 0.7, 0.7, 0, 0, -0.5, -0.5, 0, 0])
-    assert got[1].tolist() == pytest.approx([0, -0.7, -0.7, 0, 0, 0.5, 0.5, 0, 0])
-
-
-def test_span_advantages_match_loop_on_random_spans() -> None:
-    gen = torch.Generator().manual_seed(0)
-    n, t = 16, 11
-    masks = {k: (torch.rand(n, t, generator=gen) < 0.4).long() for k in ("slate", "rank", "extra")}
-    seq = {k: compute_advantages("dr_grpo", torch.rand(n, generator=gen), group_size=4) for k in masks}
-    weights = {"rank": 0.25, "extra": 2.0}
-    torch.testing.assert_close(
-        span_advantages(seq, masks, weights), _loop_span_advantages(seq, masks, weights)
-    )
-
-
-def test_one_span_covering_the_response_equals_broadcast() -> None:
-    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]])
-    adv = torch.tensor([0.3, -0.3])
-    assert torch.equal(span_advantages({"all": adv}, {"all": mask}), broadcast_to_tokens(adv, mask))
-
-
-@pytest.mark.parametrize(
-    "seq,masks,weights,match",
-    [
-        ({"a": torch.zeros(2)}, {"b": torch.ones(2, 3)}, None, "same non-empty span names"),
-        ({}, {}, None, "same non-empty span names"),
-        ({"a": torch.zeros(2)}, {"a": torch.ones(2, 3)}, {"z": 1.0}, "unknown spans"),
-        (
-            {"a": torch.zeros(2), "b": torch.zeros(2)},
-            {"a": torch.ones(2, 3), "b": torch.ones(2, 4)},
-            None,
-            "one \\(N, T\\) shape",
-        ),
-    ],
-)
-def test_span_advantages_bad_inputs(seq, masks, weights, match) -> None:
-    with pytest.raises(ValueError, match=match):
-        span_advantages(seq, masks, weights)

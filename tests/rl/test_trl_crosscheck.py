@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+import trl  # a setup dependency (requirements/cpu.txt): missing fails the suite, never skips it
 
 from rankrl.rl.losses import count_loss_items, policy_loss
-
-trl = pytest.importorskip("trl", reason="TRL is a test-only dependency: pip install -r requirements/cpu.txt")
 
 TRL_VERSION = "1.16.0"  # the version whose _compute_loss this file was written against
 N, PROMPT_T, T, MAX_LEN = 6, 3, 5, 7  # 3 prompts x G=2, completions padded to T, budget MAX_LEN

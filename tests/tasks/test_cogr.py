@@ -92,6 +92,15 @@ def toy_catalog() -> Catalog:
     return Catalog("toy", dict(ITEMS), dict(QUERIES), dict(RELEVANT), {k: list(v) for k, v in SPLITS.items()})
 
 
+def test_queries_without_a_relevant_item_are_left_out():
+    """set_prf(empty, empty) = 1 would make such a query perfect for retrieving nothing: binarize drops it
+    (as trec_eval leaves unjudged queries out), and a catalog built by hand with one is refused."""
+    relevant = cogr.binarize({"q1": {"i1": 2, "i2": 0}, "q2": {"i3": 0}, "q3": {}}, level=1, items=ITEMS)
+    assert relevant == {"q1": frozenset({"i1"})}
+    with pytest.raises(ValueError, match="without a relevant item"):
+        Catalog("toy", dict(ITEMS), dict(QUERIES), {**RELEVANT, "q4": frozenset()}, {"validation": ["q4"]})
+
+
 def test_query_reward_is_f1_within_budget_else_zero():
     index = cogr.build_index(ITEMS, {"i1": ["sofa"], "i2": ["sofa"], "i3": ["lamp"]}, k_max=30)
     q1 = QUERIES["q1"]
@@ -591,6 +600,7 @@ def test_score_is_a_tensor_per_completion(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # a whole reproduce script on the tiny model: minutes
 def test_tiny_pipeline_alternates_two_rounds_hands_indexes_over_and_reports(tmp_path, model_dir):
     """cogr/cogr_dlpools on a 6-query catalog with the tiny model (1 step per stage), then CoGR* from its SFT
     stages, then the tables and the co-evolution figure (about 3 minutes on 2 busy cores)."""

@@ -661,6 +661,7 @@ def test_task_rejects_bad_settings():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # a whole reproduce script on the tiny model: minutes
 def test_reproduce_script_end_to_end_with_the_tiny_model(tmp_path, data_dir, model_dir):
     """`make reproduce-fgrpo`'s script on the tiny model and a few queries: every row runs (zero-shot,
     two-step, SFT -> F-GRPO, GRPO from the same SFT, decoupled SFT with two roles, both sweeps as Hydra
