@@ -43,7 +43,7 @@ SMOKE = rm -rf $(SMOKE_LOG_DIR)/$(1) && RANKRL_LOG_DIR=$(SMOKE_LOG_DIR) PROFILE=
 INSTALLED := $(VENV)/.rankrl-installed
 MODELS := $(CACHE_DIR)/models/smollm2-135m/config.json $(CACHE_DIR)/models/tiny/config.json
 
-.PHONY: help setup install models data java lint test test-full dry-run bench reproduce reproduce-rankr1 reproduce-grape pipeline-check reproduce-cogr reproduce-fgrpo smoke-paper smoke-rankr1 smoke-fgrpo smoke-cogr smoke-grape tables clean
+.PHONY: help setup install models data java lint dashboards test test-full dry-run bench reproduce reproduce-rankr1 reproduce-grape pipeline-check reproduce-cogr reproduce-fgrpo smoke-paper smoke-rankr1 smoke-fgrpo smoke-cogr smoke-grape tables clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -84,13 +84,13 @@ lint: install ## ruff check and ruff format --check over the repository (rules: 
 	$(VENV)/bin/ruff format --check .
 
 test: setup ## the test suite without slow tests (~9 min on 2 idle cores)
-	$(PY) -m pytest -m "not slow" -q $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" -q --durations=25 $(PYTEST_ARGS)
 
 test-full: setup ## every test, slow ones included
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 dry-run: setup ## compose every experiment and print the resolved config of one (seconds)
-	$(PY) -m rankrl.train --cfg job experiment=rankr1/bm25_dl19 | head -40
+	$(PY) -m rankrl.train --cfg job experiment=rankr1/bm25 | head -40
 
 bench: setup ## each benchmark against its named alternative, with the ratio (~15 min)
 	$(PY) -m rankrl.benchmarks.rollouts          # vLLM's CPU engine vs transformers generate, Rank-R1 GRPO and eval shapes
@@ -116,10 +116,15 @@ pipeline-check: setup ## the engine's own pipelines on the tiny model: SFT -> GR
 reproduce-cogr: setup ## CoGR: every row of PROFILE (cpu: 33 min measured; ABLATIONS=1 adds the ablations), tables, figures
 	$(call REPRODUCE,cogr)
 
-reproduce-fgrpo: setup ## F-GRPO: every row of PROFILE (cpu: 82 min measured from a fresh clone), then its tables and figures
+reproduce-fgrpo: setup ## F-GRPO: every row of PROFILE (cpu: 78 min measured from a fresh clone, with vLLM), then its tables and figures
 	$(call REPRODUCE,fgrpo)
 
 smoke-paper: smoke-rankr1 smoke-fgrpo smoke-cogr smoke-grape ## the paper profile's path on the CPU: tiny Qwen-shaped models, LoRA, real vLLM (CI; ~15 min)
+	# every dashboard panel has data in these runs' W&B offline folders (rankrl/report/dashboard.py)
+	$(PY) -m rankrl.report.dashboard paper=all --check-runs $(SMOKE_LOG_DIR)
+
+dashboards: install ## each paper's W&B workspace (wandb-workspaces; needs `wandb login`); DASHBOARD_ARGS=--dry-run prints them
+	$(PY) -m rankrl.report.dashboard paper=$(or $(PAPER),all) $(DASHBOARD_ARGS)
 
 smoke-rankr1: setup ## Rank-R1's paper rows at smoke scale (~1.5 min): runs and tables under outputs/smoke/
 	$(call SMOKE,rankr1)

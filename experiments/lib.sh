@@ -36,28 +36,31 @@ launcher() {  # the command that starts entry point $1: torchrun over NPROC proc
   fi
 }
 
+# RUN_NAME=<name>: the run folder's experiment name where it is not the experiment file's: a file with an axis
+# in place of copies of itself (one file per method, the benchmark an override) whose experiment_name
+# interpolates the axis value. `run` looks for metrics.json there and FORCE=1 makes `pipeline` clear it.
 run() {  # run <entry point> <experiment> <model> [overrides...]; RUN_DIR=<folder> for one value of a sweep
-  local entry=$1 exp=$2 model=$3; shift 3
-  local dir=${RUN_DIR:-"$LOG_DIR/$exp/$PROFILE-$model/seed$SEED"}
+  local entry=$1 exp=$2 model=$3 name=${RUN_NAME:-$2}; shift 3
+  local dir=${RUN_DIR:-"$LOG_DIR/$name/$PROFILE-$model/seed$SEED"}
   local cmd; read -r -a cmd <<< "$(launcher "$entry")"
   cmd+=("experiment=$exp" "profile=$PROFILE" "model=$model" "seed=$SEED" "$@" "${EXTRA[@]}")
   # quoted: a sweep folder's name holds '=' (benchmark=cirr), which Hydra's override grammar would split on
   [[ -n "${RUN_DIR:-}" ]] && cmd+=("hydra.run.dir='$RUN_DIR'")
   if [[ -n "${DRY_RUN:-}" ]]; then echo "${cmd[*]}"; return; fi
   if [[ -f "$dir/metrics.json" && -z "${FORCE:-}" ]]; then
-    echo "== $exp ($model): done ($dir/metrics.json)"; return
+    echo "== $name ($model): done ($dir/metrics.json)"; return
   fi
-  echo "== [$((SECONDS / 60)) min] $exp ($entry, $model) -> $dir"
+  echo "== [$((SECONDS / 60)) min] $name ($entry, $model) -> $dir"
   "${cmd[@]}"
 }
 
-pipeline() {  # pipeline <experiment> <model> [overrides...]: its stages, each skipped when finished
-  local exp=$1 model=$2; shift 2
+pipeline() {  # pipeline <experiment> <model> [overrides...]: its stages, each skipped when finished; RUN_NAME
+  local exp=$1 model=$2 name=${RUN_NAME:-$1}; shift 2
   local cmd=("$PY" -m rankrl.pipeline "experiment=$exp" "profile=$PROFILE" "model=$model" "seed=$SEED" "$@"
              "${EXTRA[@]}")
   if [[ -n "${DRY_RUN:-}" ]]; then echo "${cmd[*]}"; return; fi
-  echo "== [$((SECONDS / 60)) min] $exp (pipeline, $model, seed $SEED)"
-  [[ -n "${FORCE:-}" ]] && rm -rf "$LOG_DIR/$exp/$PROFILE-$model/seed$SEED"
+  echo "== [$((SECONDS / 60)) min] $name (pipeline, $model, seed $SEED)"
+  [[ -n "${FORCE:-}" ]] && rm -rf "$LOG_DIR/$name/$PROFILE-$model/seed$SEED"
   "${cmd[@]}"
 }
 

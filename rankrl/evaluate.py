@@ -26,7 +26,8 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     """Evaluate and write the run's files; returns the metrics record."""
     # torch and the models load here, not at import: `--help` and `--cfg job` answer without them
     from rankrl import app
-    from rankrl.runs import run_record, seed_everything, write_run_files
+    from rankrl.runs import run_record, seed_everything, tracked_config, write_run_files
+    from rankrl.tracking import RunLogger
 
     check_run_keys(cfg)
     app.check_machine(cfg)
@@ -53,6 +54,12 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         },
     )
     write_run_files(Path(cfg.paths.output_dir), cfg, record, result.get("per_query"))
+    # on W&B too (when enabled): the metrics in its summary, the per-query values as a table
+    wandb_cfg = cfg.logger.get("wandb") if cfg.get("logger") else None
+    logger = RunLogger(cfg.paths.output_dir, wandb_cfg, config=tracked_config(cfg), name=cfg.experiment_name)
+    logger.summary(result["metrics"])
+    logger.table("eval/per_query", result.get("per_query"))
+    logger.finish()
     log.info("metrics: %s (run folder %s)", result["metrics"], cfg.paths.output_dir)
     return record
 

@@ -25,6 +25,7 @@ exists is skipped; a killed training stage resumes from its last checkpoint when
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -164,7 +165,10 @@ def run_pipeline(overrides: list[str]) -> Path:
             continue
         cmd = stage_command(stage, root, roles, overrides, cfg.experiment_name)
         print(f"{head} -> {folder}", flush=True)
-        if subprocess.run(cmd).returncode != 0:
+        # on W&B the stages are one group, each stage its job type: the pipeline reads as one unit
+        group = f"{cfg.experiment_name}/{cfg.scale}-{cfg.model.name}/seed{cfg.seed}"
+        env = {**os.environ, "WANDB_RUN_GROUP": group, "WANDB_JOB_TYPE": stage.name}
+        if subprocess.run(cmd, env=env).returncode != 0:
             raise SystemExit(
                 f"error: pipeline stage {stage.name!r} failed; fix it and rerun the same command "
                 f"(finished stages are skipped, a killed training stage resumes)"

@@ -90,6 +90,17 @@ def run_record(
     }
 
 
+def tracked_config(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved config as W&B stores it, with what dashboards filter on at its top: paper, scale and
+    seed are top-level keys already; the model's name and the git commit are added."""
+    model = cfg.get("model") or {}
+    return {
+        **OmegaConf.to_container(cfg, resolve=True),
+        "model_name": model.get("name"),
+        "git_commit": git_commit(),
+    }
+
+
 def write_run_files(
     run_dir: str | Path, cfg: DictConfig, record: Mapping[str, Any], per_query: Any = None
 ) -> Path:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 import rankrl.config  # noqa: F401  (resolvers, offline defaults)
 from rankrl.cli import one_line_errors
@@ -31,10 +31,11 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     # torch, transformers and peft load here, not at import: `--help` and `--cfg job` answer without them
     from rankrl import app
     from rankrl import distributed as ddp
+    from rankrl.report.run_curve import draw_run_curve
     from rankrl.rl.checkpoint import finish_checkpoints
     from rankrl.rl.config import build_trainer_config
     from rankrl.rl.trainer import make_loop
-    from rankrl.runs import run_record, seed_everything, write_run_files
+    from rankrl.runs import run_record, seed_everything, tracked_config, write_run_files
     from rankrl.tracking import RunLogger
 
     check_run_keys(cfg)
@@ -56,7 +57,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     logger = RunLogger(
         run_dir,
         cfg.logger.get("wandb") if ddp.is_main() else None,
-        config=OmegaConf.to_container(cfg, resolve=True),
+        config=tracked_config(cfg),
         name=cfg.experiment_name,
     )
     loop = make_loop(
@@ -102,6 +103,11 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if ddp.is_main():
         logger.summary(result["metrics"])
         write_run_files(run_dir, cfg, record, result.get("per_query"))
+        logger.table("eval/per_query", result.get("per_query"))
+        info = {"seed": cfg.seed, "scale": cfg.scale, "model": record["model"]}
+        curve = draw_run_curve(run_dir, cfg.experiment_name, info)
+        if curve is not None:
+            logger.image("figures/reward_curve", curve)
         if not trainer_cfg.keep_checkpoints_when_done:
             finish_checkpoints(loop.ckpt_root)
         log.info("metrics: %s (run folder %s)", result["metrics"], run_dir)

@@ -19,9 +19,15 @@ def _run(*args: str) -> subprocess.CompletedProcess:
     return out
 
 
-@pytest.mark.parametrize("experiment,ndcg", [("bm25_dl19", 0.5058), ("bm25_dl20", 0.4796)])
-def test_bm25_rows_are_exact(tmp_path, data_dir, experiment, ndcg):
-    _run("rankrl.evaluate", f"experiment=rankr1/{experiment}", f"hydra.run.dir={tmp_path}", "logger=none")
+@pytest.mark.parametrize("benchmark,ndcg", [("dl19", 0.5058), ("dl20", 0.4796)])
+def test_bm25_rows_are_exact(tmp_path, data_dir, benchmark, ndcg):
+    _run(
+        "rankrl.evaluate",
+        "experiment=rankr1/bm25",
+        f"benchmark={benchmark}",
+        f"hydra.run.dir={tmp_path}",
+        "logger=none",
+    )
     record = json.loads((tmp_path / "metrics.json").read_text())
     assert record["schema"] == SCHEMA and record["paper"] == "rankr1"
     assert round(record["metrics"]["nDCG@10"], 4) == ndcg
@@ -38,7 +44,7 @@ def test_data_dir_override_is_used(tmp_path):
             sys.executable,
             "-m",
             "rankrl.evaluate",
-            "experiment=rankr1/bm25_dl19",
+            "experiment=rankr1/bm25",
             f"paths.data_dir={tmp_path / 'nowhere'}",
             f"hydra.run.dir={tmp_path / 'run'}",
         ],
@@ -53,7 +59,7 @@ def test_submitit_local_multirun(tmp_path, data_dir):
     _run(
         "rankrl.evaluate",
         "-m",
-        "experiment=rankr1/bm25_dl19",
+        "experiment=rankr1/bm25",
         "benchmark=dl19,dl20",
         "task.benchmark=${benchmark.name}",
         "hydra/launcher=submitit_local",
@@ -67,7 +73,7 @@ def test_submitit_local_multirun(tmp_path, data_dir):
 
 def test_report_regenerates_tables_from_runs(tmp_path, data_dir):
     runs = tmp_path / "runs"
-    _run("rankrl.evaluate", "experiment=rankr1/bm25_dl19", f"hydra.run.dir={runs / 'a'}")
+    _run("rankrl.evaluate", "experiment=rankr1/bm25", f"hydra.run.dir={runs / 'a'}")
     _run("rankrl.report", "paper=rankr1", f"runs_dir={runs}", f"out_dir={tmp_path / 'tables'}")
     table = (tmp_path / "tables" / "trec_dl.md").read_text()
     bm25 = next(line for line in table.splitlines() if line.startswith("| BM25") and "ours" in line)
@@ -106,6 +112,11 @@ def test_wandb_offline_run_is_written(tmp_path, model_dir):
     )
     offline = list((tmp_path / "wandb").glob("offline-run-*"))
     assert offline, list(tmp_path.iterdir())
+    # what a dashboard shows beside the curves: the evaluation per query and the run's own curve
+    media = offline[0] / "files" / "media"
+    assert list(media.glob("table/eval/per_query_*.table.json")), sorted(media.rglob("*"))
+    assert list(media.glob("images/figures/reward_curve_*.png")), sorted(media.rglob("*"))
+    assert (tmp_path / "reward_curve.png").exists() and (tmp_path / "per_query.csv").exists()
 
 
 @pytest.mark.parametrize(
@@ -113,7 +124,7 @@ def test_wandb_offline_run_is_written(tmp_path, model_dir):
     [
         (["model=tiny", "rollout.kv_cache_gib=100000"], "set rollout.kv_cache_gib"),
         (["model.path=/nowhere/model", "model.name=ghost"], "is not available offline"),
-        (["experiment=rankr1/bm25_dl19", "paths.data_dir=/nowhere/data"], "make data"),
+        (["experiment=rankr1/bm25", "paths.data_dir=/nowhere/data"], "make data"),
     ],
 )
 def test_user_errors_end_in_one_line_without_traceback(tmp_path, model_dir, overrides, said):

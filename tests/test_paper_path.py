@@ -113,7 +113,7 @@ def test_two_ranks_run_paper_profile_stages_sharded_by_fsdp(tmp_path: Path, mode
     the trainer's weights on both ranks' vLLM engines and saves a sharded checkpoint."""
     env = {**os.environ, "RANKRL_LOG_DIR": str(tmp_path), "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
     common = [
-        "experiment=fgrpo/fgrpo_movielens",
+        "experiment=fgrpo/fgrpo",
         "profile=smoke",
         "model=qwen3-4b",
         "logger=none",
@@ -173,7 +173,7 @@ def test_paper_profile_without_a_gpu_stops_before_anything_loads():
 
     with pytest.raises(EnvironmentProblem, match="no.*GPU|none.*smoke-<paper>|profile=smoke"):
         app.check_machine(compose("train", ["experiment=rankr1/rankr1_grpo_dl19", "profile=paper"]))
-    app.check_machine(compose("evaluate", ["experiment=rankr1/bm25_dl19", "profile=paper"]))  # no model: runs
+    app.check_machine(compose("evaluate", ["experiment=rankr1/bm25", "profile=paper"]))  # no model: runs
     app.check_machine(compose("train", ["experiment=rankr1/rankr1_grpo_dl19", "profile=smoke"]))
 
 
@@ -190,9 +190,16 @@ def test_make_lists_every_paper_row_without_running_one():
     ).stdout
     rows = [line for line in out.splitlines() if "-m rankrl." in line]
     for model in ("qwen2.5-3b", "qwen2.5-7b", "qwen2.5-14b"):
-        for exp in ("setwise_dl19", "setwise_dl20", "rankr1_grpo_dl19", "rankr1_grpo_dl20"):
-            assert any(f"experiment=rankr1/{exp} profile=paper model={model}" in r for r in rows), (
-                exp,
-                model,
-            )
+        # one file per method with the benchmark as an override (rankr1/setwise), or a file per benchmark
+        for exp, benchmark in (
+            ("setwise", "benchmark=dl19"),
+            ("setwise", "benchmark=dl20"),
+            ("rankr1_grpo_dl19", None),
+            ("rankr1_grpo_dl20", None),
+        ):
+            assert any(
+                f"experiment=rankr1/{exp} profile=paper model={model} " in r
+                and (benchmark is None or benchmark in r.split())
+                for r in rows
+            ), (exp, benchmark, model)
     assert sum("experiment=rankr1/rankr1_grpo_bright" in r for r in rows) == 3 * 12  # every BRIGHT task

@@ -51,8 +51,5 @@ if [[ $PROFILE == cpu ]]; then
     echo "== WANDS rows skipped: $DATA/wands/product.csv or label.csv missing (python -m rankrl.data.prepare --only wands)"
   fi
 fi
-report cogr
-FIGURES=("$PY" -m rankrl.tasks.cogr figures --runs-dir "$LOG_DIR" --out-dir experiments/cogr)
-[[ $PROFILE == smoke ]] && FIGURES[-1]="$LOG_DIR/tables/cogr"
-if [[ -n "${DRY_RUN:-}" ]]; then echo "${FIGURES[*]}"; else "${FIGURES[@]}"; fi
+report cogr  # the tables, the training curves and the co-evolution figures (experiments/cogr/figures.yaml)
 if [[ -z "${DRY_RUN:-}" ]]; then echo "== reproduce-cogr ($PROFILE) finished in $((SECONDS / 60)) min"; fi

@@ -21,6 +21,23 @@ case $PROFILE in
   smoke) MODELS=${MODELS:-qwen3-4b}; BENCHMARKS=${BENCHMARKS:-movielens}; ZERO_SHOT=$BENCHMARKS; LAMS=0.5; SIZES= ;;
 esac
 
+config_of() {  # config_of <b>: the conf/benchmark file whose `short:` is <b> (movielens -> movielens-100k)
+  local found; found=$(grep -lE "^short: $1( |$)" conf/benchmark/*.yaml) || {
+    echo "no conf/benchmark/*.yaml has short: $1" >&2; return 1; }
+  basename "$found" .yaml
+}
+
+row() {  # row <evaluate|pipeline> <method> <b> <model> [overrides...]: experiment fgrpo/<method> (one file
+  # per method, the benchmark an override) on benchmark <b> (its short name), in its run folder fgrpo/<method>_<b>
+  local entry=$1 method=$2 b=$3 m=$4 config; shift 4
+  config=$(config_of "$b")
+  if [[ $entry == pipeline ]]; then
+    RUN_NAME="fgrpo/${method}_$b" pipeline "fgrpo/$method" "$m" "benchmark=$config" "$@"
+  else
+    RUN_NAME="fgrpo/${method}_$b" run "$entry" "fgrpo/$method" "$m" "benchmark=$config" "$@"
+  fi
+}
+
 sweep() {  # sweep <model> <name> <key> <prefix> <values>: GRPO runs from the MovieLens F-GRPO pipeline's SFT
   local m=$1 name=$2 key=$3 prefix=$4 values=$5 v todo=()
   local root="$LOG_DIR/fgrpo/$name/$PROFILE-$m"
@@ -30,8 +47,8 @@ sweep() {  # sweep <model> <name> <key> <prefix> <values>: GRPO runs from the Mo
   if [[ ${#todo[@]} -eq 0 ]]; then echo "== fgrpo/$name ($m): done"; return; fi
   local joined; joined=$(IFS=,; echo "${todo[*]}")
   local cmd; read -r -a cmd <<< "$(launcher train)"
-  cmd+=(-m experiment=fgrpo/fgrpo_movielens "profile=$PROFILE" "model=$m" "$key=$joined"
-        "init_from=$LOG_DIR/fgrpo/fgrpo_movielens/$PROFILE-$m/seed0/sft" trainer.resume=true
+  cmd+=(-m experiment=fgrpo/fgrpo "profile=$PROFILE" "model=$m" "benchmark=$(config_of movielens)"
+        "$key=$joined" "init_from=$LOG_DIR/fgrpo/fgrpo_movielens/$PROFILE-$m/seed0/sft" trainer.resume=true
         "experiment_name=fgrpo/$name/$prefix\${$key}" "hydra.sweep.dir=$root" "hydra.sweep.subdir=$prefix\${$key}"
         "${EXTRA[@]}")
   if [[ -n "${DRY_RUN:-}" ]]; then echo "${cmd[*]}"; return; fi
@@ -44,15 +61,15 @@ for m in $MODELS; do
   # the paper's lr for Qwen3.5-2B on the QA benchmarks is 2e-6 (5e-6 elsewhere)
   qa_lr=(); [[ $m == qwen3.5-2b ]] && qa_lr=(trainer.lr=2e-6)
   # Zero-shot rows (greedy, no training): one call, then two calls (select, then rank)
-  for b in $ZERO_SHOT; do run evaluate "fgrpo/zeroshot_$b" "$m" logger=none; done
-  for b in $ZERO_SHOT; do run evaluate "fgrpo/twostep_$b" "$m" logger=none; done
+  for b in $ZERO_SHOT; do row evaluate zeroshot "$b" "$m"; done
+  for b in $ZERO_SHOT; do row evaluate twostep "$b" "$m"; done
   for b in $BENCHMARKS; do
     lr=(); [[ $b == hotpotqa || $b == musique ]] && lr=("${qa_lr[@]}")
     # factorized SFT then F-GRPO; GRPO from the same SFT weights; decoupled SFT (two roles)
     for SEED in $(seeds); do
-      pipeline "fgrpo/fgrpo_$b" "$m" logger=none "${lr[@]}"
-      pipeline "fgrpo/grpo_$b" "$m" logger=none "${lr[@]}"
-      pipeline "fgrpo/decoupled_$b" "$m" logger=none
+      row pipeline fgrpo "$b" "$m" "${lr[@]}"
+      row pipeline grpo "$b" "$m" "${lr[@]}"
+      row pipeline decoupled "$b" "$m"
     done
     SEED=0
   done

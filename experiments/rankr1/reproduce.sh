@@ -8,13 +8,19 @@
 cd "$(dirname "$0")/../.."
 source experiments/lib.sh
 
+trec_dl() {  # trec_dl <experiment> <dl19|dl20> <model> [overrides...]: a Table 1 row of one file per
+  # method, the benchmark an override, in its run folder <experiment>_<benchmark> (rankr1/setwise_dl20)
+  local exp=$1 b=$2 m=$3; shift 3
+  RUN_NAME="${exp}_$b" run evaluate "$exp" "$m" "benchmark=$b" "$@"
+}
+
 cpu_rows() {
   # BM25 first stage: exact, seconds
-  run evaluate rankr1/bm25_dl19 smollm2-135m
-  run evaluate rankr1/bm25_dl20 smollm2-135m
+  trec_dl rankr1/bm25 dl19 smollm2-135m
+  trec_dl rankr1/bm25 dl20 smollm2-135m
   # SmolLM2-135M zero-shot: the plain Setwise prompt, and the Rank-R1 (reasoning) prompt
-  run evaluate rankr1/setwise_dl19 smollm2-135m
-  run evaluate rankr1/rankr1_zeroshot_dl19 smollm2-135m
+  trec_dl rankr1/setwise dl19 smollm2-135m
+  trec_dl rankr1/rankr1_zeroshot dl19 smollm2-135m
   for SEED in $(seeds); do
     # the paper's Setwise SFT baseline: gold labels of DL20's judged pools (CPU deviation: not MS MARCO)
     run train rankr1/setwise_sft_dl19 smollm2-135m trainer.resume=true
@@ -35,8 +41,8 @@ bright_rows() {  # bright_rows <experiment> <model> [overrides...]: one run per 
 
 paper_rows() {  # paper_rows <model>: Table 1's rows of one model, then its BRIGHT rows (Table 2)
   local m=$1 policy
-  run evaluate rankr1/setwise_dl19 "$m"
-  run evaluate rankr1/setwise_dl20 "$m"
+  trec_dl rankr1/setwise dl19 "$m"
+  trec_dl rankr1/setwise dl20 "$m"
   # GRPO on MS MARCO (smoke: DL20's judged pools), evaluated on DL19; the same policy is then read on DL20
   for SEED in $(seeds); do
     run train rankr1/rankr1_grpo_dl19 "$m" trainer.resume=true
@@ -59,8 +65,8 @@ case $PROFILE in
     # Table 1's paper models; the smoke builds one (the three differ only in size and a tied head)
     [[ $PROFILE == paper ]] && MODELS=${MODELS:-qwen2.5-3b qwen2.5-7b qwen2.5-14b} || MODELS=${MODELS:-qwen2.5-3b}
     first=${MODELS%% *}
-    run evaluate rankr1/bm25_dl19 "$first"
-    run evaluate rankr1/bm25_dl20 "$first"
+    trec_dl rankr1/bm25 dl19 "$first"
+    trec_dl rankr1/bm25 dl20 "$first"
     have_bright && bright_rows rankr1/bm25_bright "$first"
     for m in $MODELS; do paper_rows "$m"; done ;;
 esac

@@ -4,7 +4,8 @@ python -m rankrl.report                 # every paper under experiments/ with a 
 python -m rankrl.report paper=rankr1    # one paper
 
 Tables come from finished runs (metrics.json, see rankrl.report.tables); figures from training logs
-(train_log.jsonl, see rankrl.report.figures), so a run still training already shows in its figures.
+(train_log.jsonl, see rankrl.report.figures), so a run still training already shows in its figures; round
+figures (a figures.yaml's ``rounds:``) from the finished stages of a pipeline (see rankrl.report.rounds).
 A paper without any finished run keeps its tables, and a figure without its runs is not drawn, so running
 this in a fresh checkout does not blank what is committed.
 """
@@ -22,6 +23,7 @@ import rankrl.config  # noqa: F401
 from rankrl.config import CONFIG_DIR, REPO_ROOT, check_overrides
 from rankrl.report.collect import collect_runs, latest_per_cell
 from rankrl.report.figures import draw_figures, find_runs
+from rankrl.report.rounds import draw_rounds_of
 from rankrl.report.tables import write_tables
 
 log = logging.getLogger(__name__)
@@ -77,6 +79,7 @@ def report(cfg: DictConfig, experiments_dir: Path = REPO_ROOT / "experiments") -
             if run_folders is None:  # one walk of runs_dir for every paper
                 run_folders = find_runs(cfg.runs_dir)
             written += draw_figures(run_folders, paper_dir / "figures.yaml", out_dir)
+            written += draw_rounds_of(paper_dir / "figures.yaml", cfg.runs_dir, out_dir)
     for path in written:
         print(path)
     return written

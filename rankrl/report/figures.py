@@ -24,6 +24,9 @@ Panel keys: ``series`` (a ``train_log.jsonl`` key, required), ``label`` (the pan
 default the key), ``smooth`` (a rolling-mean window, in logged points of that series: the smoothed line is
 drawn bold and the raw one faintly), ``ylim`` ([low, high]).
 
+A top-level ``rounds:`` list beside (or instead of) ``figures:`` declares round figures: a pipeline's
+evaluations stage after stage, from its stages' ``metrics.json`` (:mod:`rankrl.report.rounds`).
+
 Runs and seeds
 --------------
 Every seed found for an experiment is drawn: one seed as a line; several as their mean (over the seeds that
@@ -263,9 +266,9 @@ def _panels_spec(figure: Mapping[str, Any]) -> list[dict[str, Any]]:
 def load_spec(spec_path: Path) -> list[dict[str, Any]]:
     """The figures of a ``figures.yaml``, checked: an error in the spec stops here, with its name."""
     spec = yaml.safe_load(Path(spec_path).read_text()) or {}
-    figures = spec.get("figures")
+    figures = spec.get("figures", [] if "rounds" in spec else None)  # a spec may hold round figures only
     if not isinstance(figures, list):
-        raise ValueError(f"{spec_path}: expected a top-level `figures:` list")
+        raise ValueError(f"{spec_path}: expected a top-level `figures:` list (or `rounds:`, see rounds.py)")
     names = set()
     for figure in figures:
         missing = {"name", "runs", "panels"} - set(figure)

@@ -128,6 +128,15 @@ def _overrides(command: list[str]) -> tuple[list[str], int]:
     return out, runs
 
 
+def _sweep_point(command: list[str]) -> str | None:
+    """The benchmark of a command that runs one point of a benchmark sweep into the sweep's folder
+    (``hydra.run.dir=.../sweep/benchmark=<b>``); None for a row whose run folder is its own, such as
+    ``experiment=fgrpo/fgrpo benchmark=lastfm`` (``fgrpo/fgrpo_lastfm``)."""
+    run_dir = next((a for a in command if a.startswith("hydra.run.dir=")), "")
+    given = [a.split("=", 1)[1] for a in command if a.startswith("benchmark=")]  # the last one wins
+    return given[-1] if given and f"/benchmark={given[-1]}" in run_dir else None
+
+
 # data sets and retrievers whose smoke runs stand in for those the smoke does not run (WANDS is not on the
 # build machines; the other CLIPs read the same prompts): the table marks such rows
 SMOKE_STAND_INS = {
@@ -203,7 +212,7 @@ def rows(paper: str, smoke_runs: Path) -> list[Row]:
             ]
         else:
             plan = [(None, [])]
-        swept = [a.split("=", 1)[1] for a in overrides if a.startswith("benchmark=")]
+        swept = [b for b in [_sweep_point(command)] if b]
         axes = [
             a.split("=", 1)[0] for a in command if "," in a.partition("=")[2] and not a.startswith("hydra.")
         ]

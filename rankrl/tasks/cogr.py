@@ -27,7 +27,12 @@ generator shared by both sides (an ablation) gets the other side's keywords.
 
 Where this module departs from the paper, or fills in what it does not say, the docstrings say so: the
 prompts (``prompts/cogr.toml``), keyword parsing and normalisation, sets cut to their first K_max keywords
-when indexed or searched, the CPU-scale catalog (``dl_pools_catalog``).
+when indexed or searched, the CPU-scale catalog (``rankrl.data.catalogs.dl_pools_catalog``).
+
+Elsewhere: the catalogs (items, binary relevance, query splits) in ``rankrl.data.catalogs``; the BM25 and
+dense baselines, a ranking cut at the depth that maximises training F1, in
+``rankrl.tasks.first_stage.CutoffBaselineTask``; the co-evolution figure in ``rankrl.report.rounds``,
+declared in ``experiments/cogr/figures.yaml``.
 """
 
 from __future__ import annotations
@@ -36,12 +41,11 @@ import hashlib
 import json
 import logging
 import os
-import random
 import re
 import time
 import tomllib
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +53,7 @@ from typing import Any
 import pandas as pd
 import torch
 
+from rankrl.data.catalogs import SPLITS, Catalog, CatalogOnDemand
 from rankrl.data.records import Document, Query, Run
 from rankrl.errors import ConfigError
 from rankrl.eval.metrics import PRF_COLUMNS, prf_from_counts, set_prf
@@ -62,183 +67,6 @@ PROMPTS: dict[str, dict[str, str]] = tomllib.loads(
     (Path(__file__).parent / "prompts" / "cogr.toml").read_text()
 )
 SIDES = ("query", "item")
-SPLITS = ("train", "validation")
-
-# ---- 0. Catalogs: items, queries, binary relevance, query splits -------------------------------------------
-
-
-@dataclass
-class Catalog:
-    """One item catalog shared by every split, with queries split into train and validation.
-
-    Args:
-        name: the benchmark's config name.
-        items: item id -> Document (title + text).
-        queries: qid -> Query, both splits.
-        relevant: qid -> the relevant item ids (binarised labels); every query has at least one.
-        splits: ``train`` and ``validation`` -> qids, disjoint.
-    """
-
-    name: str
-    items: dict[str, Document]
-    queries: dict[str, Query]
-    relevant: dict[str, frozenset[str]]
-    splits: dict[str, list[str]]
-
-    def __post_init__(self) -> None:
-        # set_prf(empty, empty) = 1: a query with nothing relevant would reward retrieving nothing and count
-        # as perfect in the mean; trec_eval leaves such queries out, and so do training and evaluation here
-        empty = [q for qids in self.splits.values() for q in qids if not self.relevant.get(q)]
-        if empty:
-            raise ValueError(
-                f"catalog {self.name!r}: {len(empty)} queries without a relevant item (e.g. {empty[0]!r}); "
-                "drop them when building it (binarize does)"
-            )
-
-    def split(self, name: str) -> list[str]:
-        if name not in self.splits:
-            raise KeyError(f"catalog {self.name!r} has no split {name!r}; valid: {', '.join(self.splits)}")
-        return self.splits[name]
-
-    def fingerprint(self) -> str:
-        """A content hash of items, queries, labels and splits: other catalogs' keyword files never match."""
-        h = hashlib.sha256(self.name.encode())
-        for iid in sorted(self.items):
-            doc = self.items[iid]
-            h.update(f"\x00{iid}\x00{doc.title}\x00{doc.text}".encode())
-        for qid in sorted(self.queries):
-            h.update(
-                f"\x01{qid}\x00{self.queries[qid].text}\x00{','.join(sorted(self.relevant[qid]))}".encode()
-            )
-        h.update(json.dumps(self.splits, sort_keys=True).encode())
-        return h.hexdigest()[:16]
-
-
-def binarize(
-    qrels: Mapping[str, Mapping[str, int]], level: int, items: Collection[str]
-) -> dict[str, frozenset[str]]:
-    """qid -> items of the catalog graded >= ``level``; queries left with none are dropped (their F1 says
-    nothing: an empty retrieved set would already be perfect)."""
-    out = {}
-    for qid, grades in qrels.items():
-        rel = frozenset(d for d, g in grades.items() if g >= level and d in items)
-        if rel:
-            out[qid] = rel
-    return out
-
-
-def wands_catalog(data_dir: str | Path, num_test: int = 50, seed: int = 0) -> Catalog:
-    """WANDS: 42,994 products (title = product name, text = description), 480 queries; Exact and Partial are
-    relevant, Irrelevant is not (the loader's grades 2/1/0, level 1). Queries are split by the loader's seeded
-    shuffle into 430 train / 50 validation, the paper's sizes (its query ids are not published; ``num_test``
-    and ``seed`` are the loader's options, conf/benchmark/wands.yaml); queries without any relevant product
-    are left out of both splits. Missing ``product.csv`` / ``label.csv`` stop with ``python -m
-    rankrl.data.prepare --only wands`` (the data layer's ``MissingDataError``)."""
-    from rankrl.data import load_benchmark
-
-    bench = load_benchmark("wands", data_dir, num_test=num_test, seed=seed)
-    relevant = binarize(bench.qrels, bench.relevance_level, bench.corpus)
-    splits = {
-        "train": [q for q in bench.splits["train"] if q in relevant],
-        "validation": [q for q in bench.splits["test"] if q in relevant],
-    }
-    queries = {q: bench.queries[q] for q in relevant}
-    return Catalog("wands", dict(bench.corpus), queries, relevant, splits)
-
-
-def dl_pools_catalog(
-    data_dir: str | Path,
-    max_queries: int | None = None,
-    relevant_per_query: int | None = None,
-    passages_per_query: int | None = None,
-    num_validation: int = 20,
-    seed: int = 0,
-    name: str = "dl-pools",
-) -> Catalog:
-    """TREC DL19 + DL20 judged pools as a multi-relevant catalog (the CPU-scale stand-in for WANDS).
-
-    Items: every passage judged for a DL19 or DL20 query whose text ships with the BM25 top-100 files
-    (5,008 passages); relevant: judged >= 2 (TREC DL's binary level); queries: the judged ones with at least
-    one relevant passage in the catalog (94 of 97). The documented split rule: a seeded shuffle of those
-    queries (``rankrl.data.common.split_ids``), ``num_validation`` of them for validation, the rest train.
-
-    CPU scale shrinks it (``conf/benchmark/dl-pools-cpu.yaml``): ``max_queries`` queries drawn with ``seed``;
-    per query at most ``relevant_per_query`` of its relevant passages and ``passages_per_query`` passages in
-    all, the rest judged non-relevant (grades 0-1, the hard negatives), each drawn with a per-query seed. The
-    catalog is the union of the kept pools, and a query's relevant set is every kept passage it judged >= 2.
-    """
-    from rankrl.data import load_benchmark
-    from rankrl.data.common import keyed_rng, split_ids
-
-    corpus: dict[str, Document] = {}
-    qrels: dict[str, dict[str, int]] = {}
-    queries: dict[str, Query] = {}
-    for year in ("dl19", "dl20"):
-        bench = load_benchmark(year, data_dir)
-        for qid, grades in bench.qrels.items():
-            with_text = {d: g for d, g in grades.items() if d in bench.corpus}
-            if any(g >= 2 for g in with_text.values()):
-                queries[qid], qrels[qid] = Query(qid, bench.queries[qid].text, {"year": year}), with_text
-                corpus.update((d, bench.corpus[d]) for d in with_text)
-    qids = sorted(queries)
-    if max_queries is not None:
-        qids = sorted(random.Random(seed).sample(qids, min(max_queries, len(qids))))
-    if passages_per_query is not None or relevant_per_query is not None:
-        kept: set[str] = set()
-        for qid in qids:
-            rng = keyed_rng(seed, qid)
-            pos = sorted(d for d, g in qrels[qid].items() if g >= 2)
-            neg = sorted(d for d, g in qrels[qid].items() if g < 2)
-            pos = rng.sample(pos, min(len(pos), relevant_per_query or len(pos)))
-            room = (passages_per_query or len(pos) + len(neg)) - len(pos)
-            kept.update(pos, rng.sample(neg, max(0, min(room, len(neg)))))
-        corpus = {d: corpus[d] for d in sorted(kept)}
-    else:
-        corpus = {d: corpus[d] for d in sorted({d for q in qids for d in qrels[q]})}
-    relevant = binarize({q: qrels[q] for q in qids}, 2, corpus)
-    qids = [q for q in qids if q in relevant]
-    if not 0 < num_validation < len(qids):
-        raise ValueError(
-            f"num_validation must be between 1 and {len(qids) - 1} ({len(qids)} queries), "
-            f"got {num_validation}"
-        )
-    splits = split_ids(
-        qids, {"train": 1 - num_validation / len(qids), "validation": num_validation / len(qids)}, seed
-    )
-    return Catalog(name, corpus, {q: queries[q] for q in qids}, relevant, splits)
-
-
-CATALOGS: dict[str, Callable[..., Catalog]] = {
-    "wands": wands_catalog,
-    "dl-pools": dl_pools_catalog,
-    "dl-pools-cpu": lambda data_dir, **kw: dl_pools_catalog(data_dir, **kw, name="dl-pools-cpu"),
-}
-
-
-def load_catalog(name: str | Catalog, data_dir: str | Path, **options: Any) -> Catalog:
-    """The catalog ``name`` (``CATALOGS``) with its loader options from ``conf/benchmark/<name>.yaml``; a
-    ``Catalog`` is returned as it is."""
-    if isinstance(name, Catalog):
-        return name
-    if name not in CATALOGS:
-        raise ValueError(f"CoGR has no catalog {name!r}; valid: {', '.join(CATALOGS)}")
-    return CATALOGS[name](data_dir, **options)
-
-
-class CatalogOnDemand:
-    """A task's catalog, loaded on first use: a missing data file then stops the run with the data layer's
-    error naming its fetch command (raised from a constructor, Hydra would wrap it in its own exception)."""
-
-    _catalog_args: tuple[Any, Any, dict[str, Any]]
-    _catalog: Catalog | None = None
-
-    @property
-    def catalog(self) -> Catalog:
-        if self._catalog is None:
-            name, data_dir, options = self._catalog_args
-            self._catalog = load_catalog(name, data_dir, **options)
-        return self._catalog
-
 
 # ---- 1. Keywords: parsing the generators' output -----------------------------------------------------------
 
@@ -605,7 +433,8 @@ class CoGRTask(CatalogOnDemand, TaskBase):
     """CoGR's prompts, SFT targets, rewards and evaluation; Hydra builds it by ``_target_``.
 
     Args:
-        benchmark: catalog name (``CATALOGS``): ``wands`` or ``dl-pools-cpu``; or a ``Catalog``.
+        benchmark: catalog name (``rankrl.data.catalogs.CATALOGS``): ``wands`` or ``dl-pools-cpu``; or a
+            ``Catalog``.
         data_dir: prepared data folder.
         benchmark_options: the catalog loader's options (``conf/benchmark/<name>.yaml``).
         role_specs: the run's ``roles`` node (role -> {model, init_from}); ``init_from`` says where each
@@ -1029,224 +858,3 @@ class CoGRTask(CatalogOnDemand, TaskBase):
         }
         per_query = pd.DataFrame(scores, index=pd.Index(evaluated, name="qid"), columns=list(PRF_COLUMNS))
         return {"metrics": metrics, "run": run, "cost": dict(self.cost), "per_query": per_query}
-
-
-# ---- 7. Baselines: a first-stage ranking cut at the depth that maximises training F1 -----------------------
-
-
-def mean_f1_at_cutoffs(run: Run, relevant: Mapping[str, Collection[str]], max_k: int) -> list[float]:
-    """Mean set F1 over ``relevant``'s queries of each query's top k, for k = 1..max_k (index k-1)."""
-    if not relevant:
-        raise ValueError("no queries to choose a cutoff on")
-    totals = [0.0] * max_k
-    for qid, rel in relevant.items():
-        ranking = sorted(run.get(qid, {}).items(), key=lambda kv: (-kv[1], kv[0]))
-        hits = 0
-        for k in range(1, max_k + 1):
-            if k <= len(ranking):
-                hits += ranking[k - 1][0] in rel
-            totals[k - 1] += prf_from_counts(hits, min(k, len(ranking)), len(rel))[2]
-    return [t / len(relevant) for t in totals]
-
-
-def best_cutoff(run: Run, relevant: Mapping[str, Collection[str]], max_k: int) -> tuple[int, float]:
-    """The cutoff k in 1..max_k with the highest mean F1 (the smallest such k), and that F1."""
-    curve = mean_f1_at_cutoffs(run, relevant, max_k)
-    best = max(range(max_k), key=lambda i: (curve[i], -i))
-    return best + 1, curve[best]
-
-
-def retriever_factory(retriever: Any) -> Callable[..., Any]:
-    """A ``retriever`` group's partial as ``build(docs, cache_dir=...)``; the config node's ``name`` (the
-    choice's label) is dropped unless the retriever takes it (pyserini's index-folder prefix)."""
-    import functools
-    import inspect
-
-    if isinstance(retriever, functools.partial):
-        keywords = dict(retriever.keywords)
-        if "name" in keywords and "name" not in inspect.signature(retriever.func).parameters:
-            keywords.pop("name")
-        return functools.partial(retriever.func, *retriever.args, **keywords)
-    if callable(retriever):
-        return retriever
-    raise ConfigError(
-        f"a cutoff baseline needs a retriever (retriever=bm25 or retriever=minilm), got {retriever!r}"
-    )
-
-
-class CutoffBaselineTask(CatalogOnDemand):
-    """A first-stage retriever over the catalog (title + description) whose ranking is cut at one depth for
-    every query, the depth that maximises mean F1 on the training queries (the paper's rule for every
-    baseline); validation F1 at that depth. No model (``uses_model = False``).
-
-    Args:
-        benchmark / data_dir / benchmark_options: the catalog, as ``CoGRTask``.
-        retriever: the ``retriever`` group's partial (``bm25``: pyserini; ``minilm``: MiniLM + faiss).
-        cache_dir: where indexes and vectors are cached.
-        max_depth: the deepest cutoff tried (capped at the catalog size).
-    """
-
-    name = "cogr_cutoff"
-    uses_model = False
-    roles: tuple[str, ...] = ()
-
-    def __init__(
-        self,
-        benchmark: str | Catalog,
-        data_dir: str | Path = "data",
-        retriever: Any = None,
-        benchmark_options: Mapping[str, Any] | None = None,
-        cache_dir: str | Path | None = None,
-        max_depth: int = 1000,
-    ) -> None:
-        self.build = retriever_factory(retriever)
-        self._catalog_args = (benchmark, data_dir, dict(benchmark_options or {}))
-        self.cache_dir, self.max_depth = cache_dir, max_depth
-
-    def evaluate(
-        self, generators: Mapping[str, Any], split: str = "validation", limit: int | None = None
-    ) -> dict[str, Any]:
-        from rankrl.eval.metrics import set_prf_table
-
-        if split not in SPLITS:
-            raise ValueError(f"CoGR evaluates split 'train' or 'validation', got {split!r}")
-        docs = list(self.catalog.items.values())
-        depth = max(1, min(self.max_depth, len(docs)))
-        retriever = self.build(docs, cache_dir=self.cache_dir)
-        train = self.catalog.split("train")
-        evaluated = self.catalog.split(split)[:limit]
-        texts = {q: self.catalog.queries[q].text for q in dict.fromkeys([*train, *evaluated])}
-        run = retriever.search(texts, depth)
-        k, train_f1 = best_cutoff(run, {q: self.catalog.relevant[q] for q in train}, depth)
-        cut = {q: dict(sorted(run.get(q, {}).items(), key=lambda kv: (-kv[1], kv[0]))[:k]) for q in evaluated}
-        table = set_prf_table(cut, {q: self.catalog.relevant[q] for q in evaluated})
-        n = len(table)  # summed in query order: the same floats as mean_set_prf
-        precision, recall, f1 = (sum(table[c].tolist()) / n for c in PRF_COLUMNS)
-        metrics = {
-            "f1": f1,
-            "precision": precision,
-            "recall": recall,
-            "train_f1": train_f1,
-            "cutoff": float(k),
-            "num_queries": float(len(evaluated)),
-            "num_items": float(len(docs)),
-        }
-        return {"metrics": metrics, "run": cut, "per_query": table}
-
-
-# ---- 8. The co-evolution figure: each stage's evaluation, round after round --------------------------------
-
-ROUND_PANELS = (  # (title, ((metric, label), ...), y limits)
-    ("F1", (("f1", "validation F1"), ("train_f1", "training F1")), (0.0, 1.0)),
-    (
-        "mean keywords per set",
-        (("query_keywords", "query sets (validation)"), ("item_keywords", "item sets")),
-        None,
-    ),
-    (
-        "share of multi-word keywords",
-        (("query_multiword", "query sets"), ("item_multiword", "item sets")),
-        (0.0, 1.0),
-    ),
-)
-
-
-def stage_records(runs_dir: str | Path, pipeline: str) -> list[dict[str, Any]]:
-    """Each finished stage of a CoGR pipeline experiment (``cogr/<pipeline>/<stage>``), newest run per
-    (scale, model, seed, stage), ordered by when the stage finished."""
-    found: dict[tuple, dict[str, Any]] = {}
-    for path in Path(runs_dir).rglob("metrics.json"):
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        experiment = str(record.get("experiment") or "")
-        if not experiment.startswith(f"{pipeline}/") or "f1" not in record.get("metrics", {}):
-            continue
-        stage = experiment[len(pipeline) + 1 :]
-        key = (record.get("scale"), record.get("model"), record.get("seed"), stage)
-        if key not in found or str(record.get("created")) > str(found[key].get("created")):
-            found[key] = {**record, "stage": stage}
-    return sorted(found.values(), key=lambda r: str(r.get("created")))
-
-
-def draw_rounds(records: Sequence[Mapping[str, Any]], title: str, out_base: Path) -> list[Path]:
-    """Validation / training F1 and keyword statistics after each stage: ``<out_base>.png`` and ``.csv``."""
-    import pandas as pd
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    rows = [
-        {
-            "stage": r["stage"],
-            "trained": r.get("train_role") or "-",
-            "seed": r.get("seed"),
-            "scale": r.get("scale"),
-            "model": r.get("model"),
-            **{k: r["metrics"].get(k) for _, series, _ in ROUND_PANELS for k, _ in series},
-        }
-        for r in records
-    ]
-    frame = pd.DataFrame(rows)
-    fig = Figure(figsize=(5.0 * len(ROUND_PANELS), 3.8), layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(1, len(ROUND_PANELS))
-    x = list(range(len(frame)))
-    for ax, (label, series, ylim) in zip(axes, ROUND_PANELS):
-        for key, name in series:
-            ax.plot(x, frame[key], marker="o", label=name)
-        if ylim:
-            ax.set_ylim(ylim[0] - 0.02, ylim[1] + 0.02)
-        ax.set_xticks(x, [f"{s}\n({t})" for s, t in zip(frame["stage"], frame["trained"])], fontsize=7)
-        ax.set_title(label, fontsize=10)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    scale, model = (
-        ", ".join(sorted(set(map(str, frame["scale"])))),
-        ", ".join(sorted(set(map(str, frame["model"])))),
-    )
-    fig.suptitle(f"{title} (scale {scale}, model {model}; x: stage, role trained)", fontsize=11)
-    out_base.parent.mkdir(parents=True, exist_ok=True)
-    png, csv = out_base.with_suffix(".png"), out_base.with_suffix(".csv")
-    fig.savefig(png, dpi=120)
-    frame.to_csv(csv, index=False)
-    return [png, csv]
-
-
-def draw_all_rounds(
-    runs_dir: str | Path,
-    out_dir: str | Path,
-    pipelines: Sequence[str] = ("cogr/cogr_dlpools", "cogr/cogr_wands"),
-) -> list[Path]:
-    """One co-evolution figure per pipeline experiment, scale, model and seed with >= 2 finished stages."""
-    written: list[Path] = []
-    for pipeline in pipelines:
-        records = stage_records(runs_dir, pipeline)
-        groups: dict[tuple, list] = {}
-        for r in records:
-            groups.setdefault((r.get("scale"), r.get("model"), r.get("seed")), []).append(r)
-        for (scale, model, seed), group in groups.items():
-            if len(group) < 2:
-                continue
-            name = f"rounds_{pipeline.split('/')[-1]}_{scale}-{model}" + (f"_seed{seed}" if seed else "")
-            written += draw_rounds(group, f"CoGR co-evolution, {pipeline}", Path(out_dir) / name)
-    return written
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m rankrl.tasks.cogr figures [--runs-dir outputs] [--out-dir experiments/cogr]``."""
-    import argparse
-
-    from rankrl.config import REPO_ROOT
-
-    parser = argparse.ArgumentParser(prog="python -m rankrl.tasks.cogr", description=main.__doc__)
-    parser.add_argument("command", choices=["figures"])
-    parser.add_argument("--runs-dir", default=os.environ.get("RANKRL_LOG_DIR", str(REPO_ROOT / "outputs")))
-    parser.add_argument("--out-dir", default=str(REPO_ROOT / "experiments" / "cogr"))
-    args = parser.parse_args(argv)
-    for path in draw_all_rounds(args.runs_dir, args.out_dir):
-        print(path)
-
-
-if __name__ == "__main__":
-    main()

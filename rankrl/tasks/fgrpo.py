@@ -787,6 +787,14 @@ class TwoStepTask(FGRPOTask):
                 )
         return out
 
+    # inherited from the unified task, but not this one's: a config never reaches them (trains = {"sft"}),
+    # and a direct call must not quietly build unified F-GRPO prompts
+    def train_examples(self) -> list[Example]:
+        raise NotImplementedError("the two-step baselines train with trainer=sft only (TwoStepTask.trains)")
+
+    def score(self, examples: Sequence[Example], completions: Sequence[str]) -> Scores:
+        raise NotImplementedError("the two-step baselines have no reward (TwoStepTask.trains)")
+
     def two_step(self, generators: Mapping[str, Generator], pools: Sequence[Pool]):
         """Slates from the selector, then rankings of those slates from the ranker (an empty slate is not
         sent to the ranker). Returns (slates, rank keys, format ok per query, answers)."""

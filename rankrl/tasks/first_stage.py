@@ -1,13 +1,28 @@
-"""Score a benchmark's first-stage run as it is: the BM25 (or other) baseline row of a ranking table.
+"""First-stage retrieval scored as a baseline, with no model (``uses_model = False``), so evaluation entry
+points skip loading one.
 
-No model is involved (``uses_model = False``), so evaluation entry points skip loading one.
+- ``FirstStageTask``: a benchmark's first-stage run as it is, the BM25 (or other) baseline row of a ranking
+  table.
+- ``CutoffBaselineTask``: a first-stage ranking over a whole item catalog (``rankrl.data.catalogs``) cut at
+  the one depth that maximises mean set F1 on the training queries, the baseline rule of set retrieval
+  (CoGR's BM25 and dense rows).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import functools
+import inspect
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from rankrl.data import load_benchmark
+from rankrl.data.catalogs import SPLITS, Catalog, CatalogOnDemand
+from rankrl.data.records import Run
+from rankrl.errors import ConfigError
+from rankrl.eval.metrics import PRF_COLUMNS, prf_from_counts, scored_run, set_prf_table
+from rankrl.retrieval.base import drop_excluded, top_k
+from rankrl.retrieval.first_stage import ensure_run
 
 
 class FirstStageTask:
@@ -41,8 +56,6 @@ class FirstStageTask:
         retriever: Callable[..., Any] | Mapping[str, Any] | None = None,
         cache_dir: str | Path | None = None,
     ) -> None:
-        from rankrl.data import load_benchmark
-
         self.benchmark = load_benchmark(benchmark, data_dir, **dict(benchmark_options or {}))
         self.run_name, self.measures, self.depth = run, list(measures), depth
         # the `retriever: none` choice arrives as its plain node: no retriever configured
@@ -52,10 +65,6 @@ class FirstStageTask:
     def evaluate(
         self, generators: Mapping[str, Any], split: str = "test", limit: int | None = None
     ) -> dict[str, Any]:
-        from rankrl.eval.metrics import scored_run
-        from rankrl.retrieval.base import drop_excluded, top_k
-        from rankrl.retrieval.first_stage import ensure_run
-
         qids = self.benchmark.splits[split][:limit] if limit else self.benchmark.splits[split]
         full = ensure_run(
             self.benchmark,
@@ -71,3 +80,102 @@ class FirstStageTask:
         qrels = {q: self.benchmark.qrels[q] for q in qids if q in self.benchmark.qrels}
         metrics, table = scored_run(run, qrels, self.measures, relevance_level=self.benchmark.relevance_level)
         return {"metrics": metrics, "run": run, "num_queries": len(qrels), "per_query": table}
+
+
+# ---- A ranking over a whole catalog as a retrieved set: cut at the depth that maximises training F1 --------
+
+
+def mean_f1_at_cutoffs(run: Run, relevant: Mapping[str, Collection[str]], max_k: int) -> list[float]:
+    """Mean set F1 over ``relevant``'s queries of each query's top k, for k = 1..max_k (index k-1)."""
+    if not relevant:
+        raise ValueError("no queries to choose a cutoff on")
+    totals = [0.0] * max_k
+    for qid, rel in relevant.items():
+        ranking = sorted(run.get(qid, {}).items(), key=lambda kv: (-kv[1], kv[0]))
+        hits = 0
+        for k in range(1, max_k + 1):
+            if k <= len(ranking):
+                hits += ranking[k - 1][0] in rel
+            totals[k - 1] += prf_from_counts(hits, min(k, len(ranking)), len(rel))[2]
+    return [t / len(relevant) for t in totals]
+
+
+def best_cutoff(run: Run, relevant: Mapping[str, Collection[str]], max_k: int) -> tuple[int, float]:
+    """The cutoff k in 1..max_k with the highest mean F1 (the smallest such k), and that F1."""
+    curve = mean_f1_at_cutoffs(run, relevant, max_k)
+    best = max(range(max_k), key=lambda i: (curve[i], -i))
+    return best + 1, curve[best]
+
+
+def retriever_factory(retriever: Any) -> Callable[..., Any]:
+    """A ``retriever`` group's partial as ``build(docs, cache_dir=...)``; the config node's ``name`` (the
+    choice's label) is dropped unless the retriever takes it (pyserini's index-folder prefix)."""
+    if isinstance(retriever, functools.partial):
+        keywords = dict(retriever.keywords)
+        if "name" in keywords and "name" not in inspect.signature(retriever.func).parameters:
+            keywords.pop("name")
+        return functools.partial(retriever.func, *retriever.args, **keywords)
+    if callable(retriever):
+        return retriever
+    raise ConfigError(
+        f"a cutoff baseline needs a retriever (retriever=bm25 or retriever=minilm), got {retriever!r}"
+    )
+
+
+class CutoffBaselineTask(CatalogOnDemand):
+    """A first-stage retriever over the catalog (title + description) whose ranking is cut at one depth for
+    every query, the depth that maximises mean F1 on the training queries (CoGR's rule for every
+    baseline); validation F1 at that depth. No model (``uses_model = False``).
+
+    Args:
+        benchmark / data_dir / benchmark_options: the catalog (a ``rankrl.data.catalogs.CATALOGS`` name, or
+            a ``Catalog``), the data folder and the catalog loader's options.
+        retriever: the ``retriever`` group's partial (``bm25``: pyserini; ``minilm``: MiniLM + faiss).
+        cache_dir: where indexes and vectors are cached.
+        max_depth: the deepest cutoff tried (capped at the catalog size).
+    """
+
+    name = "cogr_cutoff"
+    uses_model = False
+    roles: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        benchmark: str | Catalog,
+        data_dir: str | Path = "data",
+        retriever: Any = None,
+        benchmark_options: Mapping[str, Any] | None = None,
+        cache_dir: str | Path | None = None,
+        max_depth: int = 1000,
+    ) -> None:
+        self.build = retriever_factory(retriever)
+        self._catalog_args = (benchmark, data_dir, dict(benchmark_options or {}))
+        self.cache_dir, self.max_depth = cache_dir, max_depth
+
+    def evaluate(
+        self, generators: Mapping[str, Any], split: str = "validation", limit: int | None = None
+    ) -> dict[str, Any]:
+        if split not in SPLITS:
+            raise ValueError(f"a cutoff baseline evaluates split 'train' or 'validation', got {split!r}")
+        docs = list(self.catalog.items.values())
+        depth = max(1, min(self.max_depth, len(docs)))
+        retriever = self.build(docs, cache_dir=self.cache_dir)
+        train = self.catalog.split("train")
+        evaluated = self.catalog.split(split)[:limit]
+        texts = {q: self.catalog.queries[q].text for q in dict.fromkeys([*train, *evaluated])}
+        run = retriever.search(texts, depth)
+        k, train_f1 = best_cutoff(run, {q: self.catalog.relevant[q] for q in train}, depth)
+        cut = {q: dict(sorted(run.get(q, {}).items(), key=lambda kv: (-kv[1], kv[0]))[:k]) for q in evaluated}
+        table = set_prf_table(cut, {q: self.catalog.relevant[q] for q in evaluated})
+        n = len(table)  # summed in query order: the same floats as mean_set_prf
+        precision, recall, f1 = (sum(table[c].tolist()) / n for c in PRF_COLUMNS)
+        metrics = {
+            "f1": f1,
+            "precision": precision,
+            "recall": recall,
+            "train_f1": train_f1,
+            "cutoff": float(k),
+            "num_queries": float(len(evaluated)),
+            "num_items": float(len(docs)),
+        }
+        return {"metrics": metrics, "run": cut, "per_query": table}

@@ -106,12 +106,15 @@ class VowelWordsTask(TaskBase):
     def evaluate(
         self, generators: Mapping[str, Generator], split: str = "test", limit: int | None = None
     ) -> dict[str, Any]:
-        prompts = [_prompt(t) for t in (self._eval if split != "train" else self._train)][:limit]
-        gens = generators[self.role](prompts)
+        import pandas as pd
+
+        topics = list(self._eval if split != "train" else self._train)[:limit]
+        gens = generators[self.role]([_prompt(t) for t in topics])
         rewards = [vowel_word_reward(g.text)[0] for g in gens]
         return {
             "metrics": {"vowel_share": sum(rewards) / len(rewards)},
             "cost": {"calls": len(gens), "completion_tokens": sum(g.completion_tokens for g in gens)},
+            "per_query": pd.DataFrame({"vowel_share": rewards}, index=pd.Index(topics, name="qid")),
         }
 
 

@@ -41,8 +41,12 @@ def test_experiment_composes(experiment: str, profile: str):
             f"{experiment} does not say which paper it belongs to"
         )
         # the run folder is named after the experiment file, then any axis the experiment sweeps over
-        # in place of copies of itself (grape/raw_query/clip-vit-b16)
-        assert cfg.experiment_name == experiment or cfg.experiment_name.startswith(experiment + "/")
+        # in place of copies of itself (grape/raw_query/clip-vit-b16), or, where the benchmark is the axis
+        # and the run folders keep the names they had as copies, its short name (fgrpo/zeroshot_movielens)
+        short = cfg.benchmark.get("short", cfg.benchmark.name)
+        assert cfg.experiment_name in (experiment, f"{experiment}_{short}") or cfg.experiment_name.startswith(
+            experiment + "/"
+        )
         build_trainer_config(cfg.trainer)  # the trainer settings pass their own checks
         get_class(cfg.task._target_)  # the task class imports
         app.eval_sampling(cfg)  # the evaluation node is typed too
@@ -54,6 +58,36 @@ def test_experiment_composes(experiment: str, profile: str):
             assert cfg.model.name == paper_cfg.model.name and cfg.model.lora == paper_cfg.model.lora
             assert cfg.model.path.endswith(f"/tiny-{cfg.model.name}") and cfg.rollout.name == "vllm"
             assert cfg.model.name in PAPER_CONFIGS or not app.task_uses_model(cfg)
+
+
+@pytest.mark.parametrize(
+    "experiment,benchmarks",
+    [
+        *(
+            (f"fgrpo/{method}", ("movielens-100k", "lastfm", "hotpotqa", "musique"))
+            for method in ("zeroshot", "twostep", "fgrpo", "grpo", "decoupled")
+        ),
+        *((f"rankr1/{method}", ("dl19", "dl20")) for method in ("bm25", "setwise", "rankr1_zeroshot")),
+    ],
+)
+def test_a_benchmark_axis_keeps_the_run_names_of_the_copies_it_replaced(experiment: str, benchmarks: tuple):
+    """One file per method, the benchmark an override: each benchmark's runs keep the folder and the name
+    in metrics.json of the file per benchmark it replaced (fgrpo/zeroshot_movielens), which the tables,
+    earlier runs and GRPO's start from F-GRPO's SFT stage read."""
+    from omegaconf import OmegaConf
+
+    from rankrl.config import CONFIG_DIR
+
+    for benchmark in benchmarks:
+        cfg = compose("train", [f"experiment={experiment}", f"benchmark={benchmark}"])
+        short = benchmark.removesuffix("-100k")
+        assert cfg.experiment_name == f"{experiment}_{short}"
+        if experiment == "fgrpo/grpo":
+            (stage,) = OmegaConf.to_container(cfg.pipeline, resolve=True)
+            assert f"/fgrpo/fgrpo_{short}/" in stage["overrides"][0]
+    hydra = OmegaConf.load(CONFIG_DIR / "experiment" / f"{experiment}.yaml").get("hydra")
+    if hydra:  # `-m experiment=<file>` sweeps the benchmarks that had a file each
+        assert hydra.sweeper.params.benchmark.split(",") == list(benchmarks)
 
 
 def test_rows_per_step_counts_every_completion_of_a_step():
@@ -124,7 +158,7 @@ def test_a_wrong_value_ends_in_one_line_without_traceback(tmp_path, override: st
     [
         ("model=gpt-9", "smollm2-135m"),
         ("task=nope", "vowels"),
-        ("experiment=rankr1/nope", "rankr1/bm25_dl19"),
+        ("experiment=rankr1/nope", "rankr1/bm25"),
     ],
 )
 def test_bad_override_lists_valid_choices(override: str, choice: str):
@@ -148,7 +182,7 @@ def test_cfg_job_from_the_command_line(experiment: str):
 
 def test_data_dir_override_reaches_every_entry_point(tmp_path):
     for entry in ("train", "evaluate"):
-        cfg = compose(entry, [f"paths.data_dir={tmp_path}", "experiment=rankr1/bm25_dl19"])
+        cfg = compose(entry, [f"paths.data_dir={tmp_path}", "experiment=rankr1/bm25"])
         assert cfg.task.data_dir == str(tmp_path)
 
 
@@ -158,8 +192,8 @@ def test_a_trainer_the_task_cannot_use_stops_before_anything_loads():
     with pytest.raises(ConfigError, match="evaluation-only: run `python -m rankrl.evaluate`"):
         check_trainable(compose("train", ["experiment=grape/cpu_raw_query"]))
     with pytest.raises(ConfigError, match="does not train with grpo; it trains with: trainer=sft"):
-        check_trainable(compose("train", ["experiment=fgrpo/twostep_movielens", "trainer=grpo"]))
-    check_trainable(compose("train", ["experiment=fgrpo/twostep_movielens", "trainer=sft"]))
+        check_trainable(compose("train", ["experiment=fgrpo/twostep", "trainer=grpo"]))
+    check_trainable(compose("train", ["experiment=fgrpo/twostep", "trainer=sft"]))
 
 
 @pytest.mark.parametrize("experiment", [e for e in EXPERIMENTS if "\npipeline:" in _experiment_text(e)])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rankrl.report.gpu_plan import GPUS, MFU, Stage, _overrides, estimate
+from rankrl.report.gpu_plan import GPUS, MFU, Stage, _overrides, _sweep_point, estimate
 
 
 def _stage(**kw) -> Stage:
@@ -53,12 +53,30 @@ def test_multirun_values_count_as_runs_and_folders_are_not_overrides():
         "-m",
         "rankrl.train",
         "-m",
-        "experiment=fgrpo/fgrpo_movielens",
+        "experiment=fgrpo/fgrpo",
         "profile=paper",
+        "benchmark=movielens-100k",
         "task.lam=0.5,2",
         "init_from=outputs/x",
         "hydra.sweep.dir=outputs/y",
         "experiment_name=fgrpo/sweep",
     ]
     overrides, runs = _overrides(cmd)
-    assert runs == 2 and overrides == ["experiment=fgrpo/fgrpo_movielens", "profile=paper", "task.lam=0.5"]
+    assert runs == 2 and overrides == [
+        "experiment=fgrpo/fgrpo",
+        "profile=paper",
+        "benchmark=movielens-100k",
+        "task.lam=0.5",
+    ]
+
+
+def test_a_benchmark_is_a_sweep_point_only_in_its_sweep_folder():
+    # one value of a benchmark sweep, run into the sweep's folder: the row is the sweep's, labelled by it
+    point = [
+        "experiment=rankr1/setwise_bright",
+        "benchmark=bright-pony",
+        "hydra.run.dir=o/x/sweep/benchmark=bright-pony",
+    ]
+    assert _sweep_point(point) == "bright-pony"
+    # one file per method, the benchmark an override: a row with its own folder (fgrpo/fgrpo_lastfm)
+    assert _sweep_point(["experiment=fgrpo/fgrpo", "benchmark=lastfm"]) is None

@@ -1,6 +1,7 @@
 """CoGR (rankrl/tasks/cogr.py): keyword parsing, rewards, the incremental item reward against brute force,
-SFT targets, catalogs (WANDS files written in WANDS's format, the DL judged pools), the task with scripted
-generators (no model), the cutoff baselines and the co-evolution figure."""
+SFT targets, the task with scripted generators (no model), and the whole pipeline with the tiny model.
+Elsewhere: the catalogs (tests/data/test_catalogs.py), the cutoff baselines
+(tests/retrieval/test_first_stage.py), the round figures (tests/report/test_rounds.py)."""
 
 from __future__ import annotations
 
@@ -13,21 +14,15 @@ from pathlib import Path
 import pytest
 import torch
 
+from rankrl.config import CONFIG_DIR, REPO_ROOT
 from rankrl.data.errors import MissingDataError
-from rankrl.data.records import Document, Query
 from rankrl.errors import ConfigError
 from rankrl.eval.metrics import set_prf
 from rankrl.retrieval.keyword_index import KeywordIndex, keyword_bag
 from rankrl.rollout.base import Generation
 from rankrl.tasks import cogr
-from rankrl.tasks.cogr import (
-    Catalog,
-    CoGRTask,
-    CutoffBaselineTask,
-    ItemCounterfactual,
-    brute_force_gain,
-    parse_keywords,
-)
+from rankrl.tasks.cogr import CoGRTask, ItemCounterfactual, brute_force_gain, parse_keywords
+from tests.data.conftest import ITEMS, QUERIES, RELEVANT, toy_catalog
 
 # ---- keywords ----------------------------------------------------------------------------------------------
 
@@ -69,36 +64,6 @@ def test_budgets_stats_and_format():
 
 
 # ---- rewards -----------------------------------------------------------------------------------------------
-
-ITEMS = {
-    "i1": Document("i1", "a grey sofa bed for small rooms", "Sofa Bed"),
-    "i2": Document("i2", "leather sofa with recliner", "Leather Sofa"),
-    "i3": Document("i3", "brass desk lamp", "Desk Lamp"),
-    "i4": Document("i4", "floor lamp, arc shape", "Arc Floor Lamp"),
-    "i5": Document("i5", "oak dining table", "Dining Table"),
-    "i6": Document("i6", "passage without a title"),
-}
-QUERIES = {q: Query(q, t) for q, t in [("q1", "sofa bed"), ("q2", "lamp"), ("q3", "table"), ("q4", "couch")]}
-RELEVANT = {
-    "q1": frozenset({"i1"}),
-    "q2": frozenset({"i3", "i4"}),
-    "q3": frozenset({"i5"}),
-    "q4": frozenset({"i1", "i2"}),
-}
-SPLITS = {"train": ["q1", "q2", "q3"], "validation": ["q4"]}
-
-
-def toy_catalog() -> Catalog:
-    return Catalog("toy", dict(ITEMS), dict(QUERIES), dict(RELEVANT), {k: list(v) for k, v in SPLITS.items()})
-
-
-def test_queries_without_a_relevant_item_are_left_out():
-    """set_prf(empty, empty) = 1 would make such a query perfect for retrieving nothing: binarize drops it
-    (as trec_eval leaves unjudged queries out), and a catalog built by hand with one is refused."""
-    relevant = cogr.binarize({"q1": {"i1": 2, "i2": 0}, "q2": {"i3": 0}, "q3": {}}, level=1, items=ITEMS)
-    assert relevant == {"q1": frozenset({"i1"})}
-    with pytest.raises(ValueError, match="without a relevant item"):
-        Catalog("toy", dict(ITEMS), dict(QUERIES), {**RELEVANT, "q4": frozenset()}, {"validation": ["q4"]})
 
 
 def test_query_reward_is_f1_within_budget_else_zero():
@@ -208,100 +173,6 @@ def test_query_sft_targets_come_from_relevant_training_items():
         "q1": ["sofa bed", "sleeper"],
         "q2": ["lamp", "desk"],
     }  # q3's item has none; q4 is validation
-
-
-# ---- catalogs ----------------------------------------------------------------------------------------------
-
-PRODUCT_HEADER = (
-    "product_id\tproduct_name\tproduct_class\tcategory hierarchy\tproduct_description\t"
-    "product_features\trating_count\taverage_rating\treview_count\n"
-)
-
-
-def write_wands(folder: Path, query_csv: Path, labels: list[tuple[str, str, str]], products: int = 4) -> None:
-    """product.csv and label.csv in WANDS's tab-separated format, beside the real query.csv."""
-    folder.mkdir(parents=True, exist_ok=True)
-    shutil.copy(query_csv, folder / "query.csv")
-    rows = [
-        f'{p}\tproduct {p}\tBeds\tFurniture / Beds\ta "quoted" description {p}\tcolor:grey\t1.0\t4.0\t1.0\n'
-        for p in range(products)
-    ]
-    (folder / "product.csv").write_text(PRODUCT_HEADER + "".join(rows))
-    (folder / "label.csv").write_text(
-        "id\tquery_id\tproduct_id\tlabel\n"
-        + "".join(f"{n}\t{q}\t{p}\t{lab}\n" for n, (q, p, lab) in enumerate(labels))
-    )
-
-
-def test_wands_catalog_binarises_exact_and_partial_and_splits_430_50(tmp_path, data_dir):
-    queries = [
-        line.split("\t")[0] for line in (data_dir / "wands" / "query.csv").read_text().splitlines()[1:]
-    ]
-    labels = [(q, str(n % 4), ("Exact", "Partial", "Irrelevant")[n % 3]) for n, q in enumerate(queries)]
-    labels += [(q, "3", "Partial") for q in queries if q not in {"0", "1"}]
-    labels += [("0", "0", "Irrelevant"), ("1", "1", "Irrelevant")]  # (later rows overwrite the pair's label)
-    write_wands(tmp_path / "wands", data_dir / "wands" / "query.csv", labels)
-    catalog = cogr.load_catalog("wands", tmp_path)
-    assert len(catalog.items) == 4 and catalog.items["0"].title == "product 0"
-    assert '"quoted" description 0' in catalog.items["0"].text
-    assert set(catalog.queries) == set(queries) - {"0", "1"}  # no relevant product left: out of both splits
-    label = {(q, p): lab for q, p, lab in labels}
-    for qid, rel in catalog.relevant.items():
-        assert rel == {p for p in "0123" if label.get((qid, p)) in ("Exact", "Partial")}
-    sizes = {k: len(v) for k, v in catalog.splits.items()}
-    assert sizes["train"] + sizes["validation"] == 478 and not set(catalog.splits["train"]) & set(
-        catalog.splits["validation"]
-    )
-    full = cogr.load_catalog("wands", tmp_path, num_test=50, seed=0)
-    assert (
-        full.splits == catalog.splits
-        and cogr.load_catalog("wands", tmp_path, seed=1).splits != catalog.splits
-    )
-    # the 50 validation queries are the loader's seeded 430/50 split, minus queries with nothing relevant
-    from rankrl.data import load_benchmark
-
-    bench = load_benchmark("wands", tmp_path, num_test=50, seed=0)
-    assert catalog.splits["validation"] == [q for q in bench.splits["test"] if q in catalog.relevant]
-    assert len(bench.splits["train"]) == 430 and len(bench.splits["test"]) == 50
-
-
-def test_missing_wands_products_stop_with_the_fetch_command(tmp_path, data_dir):
-    (tmp_path / "wands").mkdir()
-    shutil.copy(data_dir / "wands" / "query.csv", tmp_path / "wands")
-    task = CoGRTask("wands", tmp_path)  # the catalog loads on first use
-    with pytest.raises(MissingDataError) as err:
-        task.evaluate({}, "validation")
-    assert "python -m rankrl.data.prepare --only wands" in str(err.value)
-    with pytest.raises(MissingDataError, match="--only wands"):
-        CutoffBaselineTask("wands", tmp_path, retriever=FakeRetriever).evaluate({}, "validation")
-
-
-def test_dl_pools_catalog_is_judged_pools_with_a_seeded_split(data_dir):
-    options = {
-        "max_queries": 12,
-        "relevant_per_query": 2,
-        "passages_per_query": 5,
-        "num_validation": 4,
-        "seed": 0,
-    }
-    catalog = cogr.load_catalog("dl-pools-cpu", data_dir, **options)
-    assert catalog.name == "dl-pools-cpu" and len(catalog.queries) == 12
-    assert {k: len(v) for k, v in catalog.splits.items()} == {"train": 8, "validation": 4}
-    assert sorted(catalog.splits["train"] + catalog.splits["validation"]) == sorted(catalog.queries)
-    assert len(catalog.items) <= 12 * 5 and all(1 <= len(r) for r in catalog.relevant.values())
-    from rankrl.data import load_benchmark
-
-    qrels = {**load_benchmark("dl19", data_dir).qrels, **load_benchmark("dl20", data_dir).qrels}
-    for qid, rel in catalog.relevant.items():  # relevant = judged >= 2, nothing else
-        assert rel == {d for d, g in qrels[qid].items() if g >= 2 and d in catalog.items}
-    again = cogr.load_catalog("dl-pools-cpu", data_dir, **options)
-    assert again.fingerprint() == catalog.fingerprint()
-    assert (
-        cogr.load_catalog("dl-pools-cpu", data_dir, **{**options, "seed": 1}).fingerprint()
-        != catalog.fingerprint()
-    )
-    with pytest.raises(ValueError, match="CoGR has no catalog"):
-        cogr.load_catalog("msmarco", data_dir)
 
 
 # ---- the task with scripted generators ---------------------------------------------------------------------
@@ -511,81 +382,6 @@ def test_monitor_probes_the_trained_side(tmp_path):
     assert set(probe) == {"probe_f1"} and 0.0 <= probe["probe_f1"] <= 1.0
 
 
-# ---- baselines ---------------------------------------------------------------------------------------------
-
-
-def test_cutoff_maximises_mean_training_f1():
-    run = {"a": {"x": 3.0, "y": 2.0, "z": 1.0}, "b": {"y": 3.0, "x": 2.0}}
-    relevant = {"a": {"x", "y"}, "b": {"y"}}
-    curve = cogr.mean_f1_at_cutoffs(run, relevant, 3)
-    assert curve[0] == pytest.approx((set_prf({"x"}, {"x", "y"})[2] + 1.0) / 2)
-    assert curve[1] == pytest.approx((1.0 + set_prf({"y", "x"}, {"y"})[2]) / 2)
-    assert curve[2] == pytest.approx(
-        (set_prf({"x", "y", "z"}, {"x", "y"})[2] + set_prf({"x", "y"}, {"y"})[2]) / 2
-    )
-    assert cogr.best_cutoff(run, relevant, 3) == (1, curve[0]) == (1, pytest.approx(5 / 6))
-
-
-class FakeRetriever:
-    def __init__(self, docs, cache_dir=None) -> None:
-        self.docs = docs
-
-    def search(self, queries, k):  # word overlap, then id: a deterministic toy ranking
-        out = {}
-        for qid, text in queries.items():
-            scores = {
-                d.docid: len(set(text.split()) & set(f"{d.title} {d.text}".lower().split()))
-                for d in self.docs
-            }
-            out[qid] = {d: float(s) for d, s in sorted(scores.items(), key=lambda kv: -kv[1])[:k] if s > 0}
-        return out
-
-
-def test_cutoff_baseline_reports_validation_f1_at_the_training_cutoff():
-    task = CutoffBaselineTask(toy_catalog(), retriever=FakeRetriever, max_depth=4)
-    result = task.evaluate({}, "validation")
-    metrics = result["metrics"]
-    assert metrics["cutoff"] >= 1 and metrics["num_items"] == 6.0
-    assert metrics["f1"] == 0.0  # "couch" shares no word with any item
-    assert result["per_query"]["f1"].tolist() == [0.0] and result["per_query"].index.tolist() == ["q4"]
-    with pytest.raises(ValueError, match="retriever=bm25"):
-        CutoffBaselineTask(toy_catalog(), retriever={"name": "none"})
-
-
-# ---- the co-evolution figure -------------------------------------------------------------------------------
-
-
-def test_round_figure_reads_each_stage_in_order(tmp_path):
-    for n, (stage, role) in enumerate([("sft_item", "item"), ("query_r1", "query"), ("item_r1", "item")]):
-        folder = tmp_path / "runs" / stage
-        folder.mkdir(parents=True)
-        metrics = {k: 0.1 * n for _, series, _ in cogr.ROUND_PANELS for k, _ in series}
-        (folder / "metrics.json").write_text(
-            json.dumps(
-                {
-                    "experiment": f"cogr/cogr_dlpools/{stage}",
-                    "scale": "cpu",
-                    "model": "tiny",
-                    "seed": 0,
-                    "created": f"2026-01-01T00:00:0{n}",
-                    "train_role": role,
-                    "metrics": metrics,
-                }
-            )
-        )
-    written = cogr.draw_all_rounds(tmp_path / "runs", tmp_path / "out")
-    assert [p.name for p in written] == [
-        "rounds_cogr_dlpools_cpu-tiny.png",
-        "rounds_cogr_dlpools_cpu-tiny.csv",
-    ]
-    import pandas as pd
-
-    frame = pd.read_csv(written[1])
-    assert list(frame["stage"]) == ["sft_item", "query_r1", "item_r1"]
-    assert frame["f1"].tolist() == pytest.approx([0.0, 0.1, 0.2])
-    assert written[0].read_bytes()[:4] == b"\x89PNG"
-
-
 def test_score_is_a_tensor_per_completion(tmp_path):
     task = make_task(tmp_path, "query_r1")
     task.bind("query", {"item": Scripted(ITEM_ANSWERS)})
@@ -594,6 +390,27 @@ def test_score_is_a_tensor_per_completion(tmp_path):
     assert isinstance(scores.rewards, torch.Tensor) and scores.rewards.shape == (len(examples),)
     with pytest.raises(ValueError, match="one each"):
         task.score(examples, ["x"])
+
+
+def test_missing_wands_products_stop_with_the_fetch_command(tmp_path, data_dir):
+    (tmp_path / "wands").mkdir()
+    shutil.copy(data_dir / "wands" / "query.csv", tmp_path / "wands")
+    task = CoGRTask("wands", tmp_path)  # the catalog loads on first use
+    with pytest.raises(MissingDataError) as err:
+        task.evaluate({}, "validation")
+    assert "python -m rankrl.data.prepare --only wands" in str(err.value)
+
+
+def test_the_co_evolution_figure_draws_what_the_evaluation_reports(tmp_path):
+    """experiments/cogr/figures.yaml's `rounds:` name CoGR's pipelines and metrics its evaluation writes."""
+    from rankrl.report.rounds import load_rounds, panel_metrics
+
+    rounds = load_rounds(REPO_ROOT / "experiments" / "cogr" / "figures.yaml")
+    assert [r["pipeline"] for r in rounds] == ["cogr/cogr_dlpools", "cogr/cogr_wands"]
+    assert all((CONFIG_DIR / "experiment" / f"{r['pipeline']}.yaml").exists() for r in rounds)
+    gens = {"query": Scripted(QUERY_ANSWERS), "item": Scripted(ITEM_ANSWERS)}
+    metrics = make_task(tmp_path, "base").evaluate(gens, "validation")["metrics"]
+    assert all(set(panel_metrics(r["panels"])) <= set(metrics) for r in rounds)
 
 
 # ---- the whole pipeline with the tiny model ----------------------------------------------------------------
@@ -707,8 +524,7 @@ def test_tiny_pipeline_alternates_two_rounds_hands_indexes_over_and_reports(tmp_
     assert (report / "cogr_query_side_rounds.png").exists() and (
         report / "cogr_item_side_rounds.png"
     ).exists()
-    drawn = cogr.draw_all_rounds(tmp_path, tmp_path / "figures")
-    frame = pd.read_csv(next(p for p in drawn if p.suffix == ".csv"))
+    frame = pd.read_csv(report / "rounds_cogr_dlpools_cpu-tiny.csv")  # the co-evolution figure's data
     assert list(frame["stage"]) == order
 
 

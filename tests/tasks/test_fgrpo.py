@@ -644,7 +644,8 @@ def test_two_step_pipeline_and_decoupled_sft_targets():
         task.bind(role, {})
         targets = task.sft_examples()
         assert all(t.completion.startswith(tag) for t in targets) and len(targets) == len(task.train_pools())
-    with pytest.raises(NotImplementedError):
+    assert TwoStepTask.trains == {"sft"}  # a GRPO config stops at build time (tests/config/test_compose.py)
+    with pytest.raises(NotImplementedError, match="trainer=sft only"):
         task.train_examples()
 
 
