@@ -26,6 +26,10 @@ def _pipeline(log_dir: Path, experiment: str, *overrides: str) -> list[str]:
         "rankrl.pipeline",
         f"experiment={experiment}",
         "model=tiny",
+        # the transformers engine: these tests check stages, weight provenance and resume, not the engine
+        # (tests/rollout/test_vllm.py and the trainer's resume tests run vLLM); every stage is a process of
+        # its own, and vLLM's import and start in each one made these the suite's two slowest tests
+        "rollout=hf",
         "logger=none",
         f"paths.log_dir={log_dir}",
         *overrides,

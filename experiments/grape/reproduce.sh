@@ -10,6 +10,8 @@
 #   make smoke-grape                     PROFILE=smoke: the image rows on the CPU, a tiny Qwen2.5-shaped rewriter,
 #                                        random-weight CLIPs over ten photographs (task_scale/grape_smoke.yaml)
 cd "$(dirname "$0")/../.."
+# three seeds by default: all of them fit in the time budget (33 min measured from a fresh clone)
+SEEDS=${SEEDS:-3}
 source experiments/lib.sh
 
 cpu_rows() {  # cpu_rows <model>

@@ -394,6 +394,7 @@ def test_cpu_reproduction_end_to_end_on_the_tiny_model(tmp_path, data_dir, model
         **os.environ,
         "RANKRL_LOG_DIR": str(tmp_path / "runs"),
         "MODELS": "tiny",
+        "SEEDS": "2",  # the seed loop and the paired tests, at the smallest count that has them
         "OVERRIDES": small,
         "REPORT_OUT": str(out),
     }
@@ -423,6 +424,10 @@ def test_cpu_reproduction_end_to_end_on_the_tiny_model(tmp_path, data_dir, model
     table = (out / "cpu_text_r1.md").read_text()
     grape_row = next(line for line in table.splitlines() if line.startswith("| GRAPE, rank reward"))
     assert "tiny" in grape_row and "cpu" in grape_row and "missing" not in grape_row
+    assert "(n=2)" in grape_row  # both seeds, averaged
+    tests = pd.read_csv(out / "comparisons.csv")
+    assert set(tests["comparison"]) >= {"rank_vs_similarity_reward", "rank_reward_vs_warmstart"}
+    assert (tests["seeds_a"] == 2).all() and (tests["queries"] == 3).all()
     assert "missing" in (out / "image_r1.md").read_text()  # no images here
     assert (out / "grape_fig5_cpu.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     points = pd.read_csv(out / "grape_fig5_cpu.csv")
