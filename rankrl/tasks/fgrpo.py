@@ -488,18 +488,22 @@ def final_ranking(rank: Sequence[str], pool: Pool, k: int) -> list[str]:
 
 
 def ranking_metrics(
-    pools: Sequence[Pool], slates: Sequence[Sequence[str]], rankings: Sequence[Sequence[str]]
+    pools: Sequence[Pool],
+    slates: Sequence[Sequence[str]],
+    rankings: Sequence[Sequence[str]],
+    table: Any = None,
 ) -> dict[str, float]:
     """Ranked measures (ir_measures, trec_eval ``-c``), slate recall/precision and error attribution.
 
     ``Hit@c`` is ir_measures' ``Success@c``. ``miss_slate@c`` / ``miss_rank@c``: the share of all gold items
     that are not in the top c because the slate never proposed them / because the ranking dropped them
     from the top c although the slate had them. With the share of gold items found in the top c they add up
-    to 1 (that share is ``R@c`` when every query has one gold item).
+    to 1 (that share is ``R@c`` when every query has one gold item). ``table``: their ``ranking_table``
+    when the caller keeps it too (an evaluation), so ir_measures runs once.
     """
     from rankrl.eval.metrics import mean_set_prf
 
-    table = ranking_table(pools, slates, rankings)
+    table = ranking_table(pools, slates, rankings) if table is None else table
     metrics = {
         m: float(table[m].mean()) for m in table.columns if m not in ("slate_recall", "slate_precision")
     }
@@ -698,11 +702,13 @@ class FGRPOTask(TaskBase):
         pools = self.eval_pools(split, limit)
         judged, answers = self.generate_rankings(generators[self.role], pools)
         rankings = [final_ranking(j.rank, p, self.rank_size) for j, p in zip(judged, pools)]
-        metrics = ranking_metrics(pools, [j.slate for j in judged], rankings)
+        slates = [j.slate for j in judged]
+        table = ranking_table(pools, slates, rankings)
+        metrics = ranking_metrics(pools, slates, rankings, table)
         metrics["format_error_rate"] = sum(j.status != "ok" for j in judged) / max(len(judged), 1)
         return {
             "metrics": metrics,
-            "per_query": ranking_table(pools, [j.slate for j in judged], rankings),
+            "per_query": table,
             "run": _run(pools, rankings),
             "cost": _cost(answers, len(pools)),
             "samples": [a.text for a in answers[:3]],
@@ -824,11 +830,12 @@ class TwoStepTask(FGRPOTask):
         pools = self.eval_pools(split, limit)
         slates, ranks, ok, answers = self.two_step(generators, pools)
         rankings = [final_ranking(r, p, self.rank_size) for r, p in zip(ranks, pools)]
-        metrics = ranking_metrics(pools, slates, rankings)
+        table = ranking_table(pools, slates, rankings)
+        metrics = ranking_metrics(pools, slates, rankings, table)
         metrics["format_error_rate"] = 1 - sum(ok) / max(len(ok), 1)
         return {
             "metrics": metrics,
-            "per_query": ranking_table(pools, slates, rankings),
+            "per_query": table,
             "run": _run(pools, rankings),
             "cost": _cost(answers, len(pools)),
             "samples": [a.text for a in answers[:3]],
