@@ -6,25 +6,26 @@ so its run is built here with one Lucene index per task, each query's ``excluded
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rankrl.data.records import Benchmark, Run
 from rankrl.retrieval.base import search_excluding
+from rankrl.retrieval.build import RetrieverBuilder, retriever_builder
 
 
 def ensure_run(
     benchmark: Benchmark,
     name: str = "bm25",
     depth: int = 100,
-    retriever: Callable[..., Any] | None = None,
+    retriever: Any = None,
     cache_dir: str | Path | None = None,
 ) -> Run:
     """``benchmark.runs[name]``, built over the corpus and cached on it if absent.
 
-    ``retriever(docs, cache_dir=..., name=...)`` builds the index (the ``retriever`` config group's partial,
-    e.g. pyserini BM25 with its k1 and b); None means pyserini BM25 with Anserini's defaults.
+    ``retriever`` builds the index: the ``retriever`` config group's choice in any form
+    ``rankrl.retrieval.build.retriever_builder`` takes (e.g. pyserini BM25 with its k1 and b), called with
+    the cache folder and the benchmark's name; None means pyserini BM25 with Anserini's defaults.
 
     Raises the data layer's ``MissingDataError`` (which names the fetch command) when the corpus is missing.
     """
@@ -38,7 +39,7 @@ def ensure_run(
     from rankrl.retrieval.bm25 import PyseriniBM25
 
     docs = list(benchmark.corpus.values())
-    build = retriever or PyseriniBM25
+    build = retriever_builder(retriever) or RetrieverBuilder(PyseriniBM25)
     retriever = build(docs, cache_dir=cache_dir, name=benchmark.name)
     queries = {q.qid: q.text for q in benchmark.queries.values()}
     excluded = {q.qid: tuple(q.extra.get("excluded_ids", ())) for q in benchmark.queries.values()}

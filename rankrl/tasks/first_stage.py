@@ -10,9 +10,7 @@ points skip loading one.
 
 from __future__ import annotations
 
-import functools
-import inspect
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,7 @@ from rankrl.data.records import Run
 from rankrl.errors import ConfigError
 from rankrl.eval.metrics import PRF_COLUMNS, prf_from_counts, scored_run, set_prf_table
 from rankrl.retrieval.base import drop_excluded, top_k
+from rankrl.retrieval.build import retriever_builder
 from rankrl.retrieval.first_stage import ensure_run
 
 
@@ -36,8 +35,9 @@ class FirstStageTask:
         measures: ir_measures names.
         depth: cut the run to its top ``depth`` before scoring (None = as it is).
         benchmark_options: options of the benchmark's loader (``conf/benchmark/<name>.yaml``).
-        retriever: builds the first stage when the benchmark ships no run: the ``retriever`` group's partial
-            (e.g. ``PyseriniBM25`` with k1, b from conf/retriever/bm25.yaml); None = pyserini BM25 defaults.
+        retriever: builds the first stage when the benchmark ships no run: the ``retriever`` group's choice
+            (``rankrl.retrieval.build.retriever_builder``; e.g. ``PyseriniBM25`` with k1, b from
+            conf/retriever/bm25.yaml); None or ``retriever=none`` = pyserini BM25 defaults.
         cache_dir: where built indexes are cached (``paths.cache_dir``).
     """
 
@@ -53,13 +53,12 @@ class FirstStageTask:
         measures: Sequence[str] = ("nDCG@10",),
         depth: int | None = None,
         benchmark_options: Mapping[str, Any] | None = None,
-        retriever: Callable[..., Any] | Mapping[str, Any] | None = None,
+        retriever: Any = None,
         cache_dir: str | Path | None = None,
     ) -> None:
         self.benchmark = load_benchmark(benchmark, data_dir, **dict(benchmark_options or {}))
         self.run_name, self.measures, self.depth = run, list(measures), depth
-        # the `retriever: none` choice arrives as its plain node: no retriever configured
-        self.retriever = retriever if callable(retriever) else None
+        self.retriever = retriever_builder(retriever)
         self.cache_dir = cache_dir
 
     def evaluate(
@@ -107,21 +106,6 @@ def best_cutoff(run: Run, relevant: Mapping[str, Collection[str]], max_k: int) -
     return best + 1, curve[best]
 
 
-def retriever_factory(retriever: Any) -> Callable[..., Any]:
-    """A ``retriever`` group's partial as ``build(docs, cache_dir=...)``; the config node's ``name`` (the
-    choice's label) is dropped unless the retriever takes it (pyserini's index-folder prefix)."""
-    if isinstance(retriever, functools.partial):
-        keywords = dict(retriever.keywords)
-        if "name" in keywords and "name" not in inspect.signature(retriever.func).parameters:
-            keywords.pop("name")
-        return functools.partial(retriever.func, *retriever.args, **keywords)
-    if callable(retriever):
-        return retriever
-    raise ConfigError(
-        f"a cutoff baseline needs a retriever (retriever=bm25 or retriever=minilm), got {retriever!r}"
-    )
-
-
 class CutoffBaselineTask(CatalogOnDemand):
     """A first-stage retriever over the catalog (title + description) whose ranking is cut at one depth for
     every query, the depth that maximises mean F1 on the training queries (CoGR's rule for every
@@ -130,7 +114,8 @@ class CutoffBaselineTask(CatalogOnDemand):
     Args:
         benchmark / data_dir / benchmark_options: the catalog (a ``rankrl.data.catalogs.CATALOGS`` name, or
             a ``Catalog``), the data folder and the catalog loader's options.
-        retriever: the ``retriever`` group's partial (``bm25``: pyserini; ``minilm``: MiniLM + faiss).
+        retriever: the ``retriever`` group's choice (``rankrl.retrieval.build.retriever_builder``; ``bm25``:
+            pyserini; ``minilm``: MiniLM + faiss).
         cache_dir: where indexes and vectors are cached.
         max_depth: the deepest cutoff tried (capped at the catalog size).
     """
@@ -148,7 +133,12 @@ class CutoffBaselineTask(CatalogOnDemand):
         cache_dir: str | Path | None = None,
         max_depth: int = 1000,
     ) -> None:
-        self.build = retriever_factory(retriever)
+        build = retriever_builder(retriever)
+        if build is None:
+            raise ConfigError(
+                f"a cutoff baseline needs a retriever (retriever=bm25 or retriever=minilm), got {retriever!r}"
+            )
+        self.build = build
         self._catalog_args = (benchmark, data_dir, dict(benchmark_options or {}))
         self.cache_dir, self.max_depth = cache_dir, max_depth
 

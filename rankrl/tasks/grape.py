@@ -39,7 +39,6 @@ Design choices the paper leaves open, each stated where it is made:
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import random
@@ -56,6 +55,7 @@ import pandas as pd
 import torch
 
 from rankrl.data.records import Benchmark, Document, Query
+from rankrl.retrieval.build import retriever_builder
 from rankrl.rollout.base import Generator, Messages
 from rankrl.tasks.base import Example, Scores, SFTExample, TaskBase
 
@@ -337,6 +337,16 @@ def retrieval_table(
 # ---- 6. The task as the GRPO loop sees it ------------------------------------------------------------------
 
 
+def is_built_retriever(retriever: Any) -> bool:
+    """Whether ``retriever`` is a retriever already (``vector_index`` and ``encode_queries``), not a config
+    choice to build one from (a node, a partial, a class: a class has the methods too)."""
+    return (
+        not isinstance(retriever, (type, Mapping))
+        and hasattr(retriever, "vector_index")
+        and hasattr(retriever, "encode_queries")
+    )
+
+
 class GrapeTask(TaskBase):
     """GRAPE's prompts, rewards, probe monitor and recall evaluation; Hydra builds it by ``_target_``.
 
@@ -345,8 +355,10 @@ class GrapeTask(TaskBase):
         data_dir: where prepared data lives.
         benchmark_options: options of the benchmark's loader (``conf/benchmark/<name>.yaml``); they apply to
             the training benchmark too when it is the same one.
-        retriever: the frozen retriever: a Hydra node (``conf/retriever/*``, built on first use with
-            ``cache_dir``) or an object with ``vector_index(docs)`` and ``encode_queries(texts)``.
+        retriever: the frozen retriever: the ``retriever`` group's choice (a ``conf/retriever/*`` node or
+            anything ``rankrl.retrieval.build.retriever_builder`` takes, built on first use with
+            ``cache_dir``), or a built one: an object with ``vector_index(docs)`` and
+            ``encode_queries(texts)``.
         reward: ``rank`` (GRAPE) or ``similarity`` (the score-inflation ablation).
         gold: with several relevant items, ``best`` (the best-ranked one is the gold) or ``all`` (rewards and
             gold statistics averaged over every relevant item); the same with one relevant item.
@@ -401,7 +413,9 @@ class GrapeTask(TaskBase):
             raise ValueError(f"unknown gold {gold!r}; valid: {', '.join(GOLDS)}")
         if prompt not in PROMPT_STYLES:
             raise ValueError(f"unknown prompt {prompt!r}; valid: {', '.join(PROMPT_STYLES)}")
-        if retriever is None or (isinstance(retriever, Mapping) and "_target_" not in retriever):
+        built = is_built_retriever(retriever)
+        self._build = None if built else retriever_builder(retriever)
+        if not built and self._build is None:
             raise ValueError(
                 "GRAPE needs a frozen retriever: set retriever=clip-vit-b16 (images) or "
                 "retriever=minilm (text)"
@@ -412,7 +426,7 @@ class GrapeTask(TaskBase):
             self._benchmarks[benchmark.name] = benchmark
         self.data_dir, self.cache_dir = Path(data_dir), cache_dir
         self.benchmark_options = dict(benchmark_options or {})
-        self._retriever_spec, self._retriever = retriever, None
+        self._retriever = retriever if built else None
         self.reward, self.gold, self.prompt, self.compress_words = reward, gold, prompt, compress_words
         source = (train_sources or {}).get(self.eval_name, (self.eval_name, "train"))
         self.train_name, self.train_split = str(source[0]), str(source[1])
@@ -437,17 +451,9 @@ class GrapeTask(TaskBase):
 
     @property
     def retriever(self) -> Any:
-        """The frozen retriever, built from its Hydra node on first use."""
+        """The frozen retriever, built on first use (loading its weights) with the task's cache folder."""
         if self._retriever is None:
-            spec = self._retriever_spec
-            if isinstance(spec, Mapping):
-                from hydra.utils import instantiate
-
-                node = {k: v for k, v in spec.items() if k != "name"}  # `name` labels the config choice
-                node.setdefault("cache_dir", str(self.cache_dir) if self.cache_dir else None)
-                spec = instantiate(node, _convert_="all")
-                spec = spec() if isinstance(spec, functools.partial) else spec  # conf/retriever is _partial_
-            self._retriever = spec
+            self._retriever = self._build(cache_dir=self.cache_dir or None)
         return self._retriever
 
     def _gallery_docs(self, name: str, split: str) -> tuple[tuple[str, ...], dict[str, Document]]:

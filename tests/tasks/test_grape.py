@@ -274,6 +274,32 @@ def test_prompts_and_warm_start_and_words() -> None:
 def test_a_task_without_a_retriever_says_which_to_choose() -> None:
     with pytest.raises(ValueError, match="retriever=clip-vit-b16"):
         GrapeTask("flickr30k-cn", retriever={"name": "none"})
+    with pytest.raises(ValueError, match="retriever=bm25"):  # not a retriever: the builder's choices
+        GrapeTask("flickr30k-cn", retriever="clip-vit-b16")
+
+
+class Unbuilt:
+    """A retriever class: GRAPE builds it from the config node on first use, with its cache folder."""
+
+    def __init__(self, docs=None, *, cache_dir=None, width: int = 1) -> None:
+        self.cache_dir, self.width = cache_dir, width
+
+    def vector_index(self, docs):
+        raise NotImplementedError
+
+    def encode_queries(self, texts):
+        raise NotImplementedError
+
+
+def test_a_retriever_node_is_built_once_on_first_use_with_the_cache_folder(tmp_path) -> None:
+    node = {"_target_": f"{__name__}.Unbuilt", "_partial_": True, "name": "label", "width": 3}
+    task = GrapeTask(text_benchmark(), retriever=node, cache_dir=str(tmp_path))
+    assert task._retriever is None  # nothing loaded before it is needed
+    built = task.retriever
+    assert isinstance(built, Unbuilt) and (built.cache_dir, built.width) == (str(tmp_path), 3)
+    assert task.retriever is built
+    ready = Unbuilt()  # an object with vector_index and encode_queries is used as it is
+    assert GrapeTask(text_benchmark(), retriever=ready).retriever is ready
 
 
 # ---- the image path: random-weight CLIP over real photographs ----------------------------------------------
