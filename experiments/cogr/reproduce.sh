@@ -10,11 +10,13 @@
 cd "$(dirname "$0")/../.."
 source experiments/lib.sh
 
+# the catalog: its benchmark config and its name in run folders (the config's `short`)
 case $PROFILE in
-  cpu) MODELS=${MODELS:-smollm2-135m}; CATALOG=dlpools ;;
+  cpu) MODELS=${MODELS:-smollm2-135m}; CATALOG=dl-pools-cpu ;;
   paper) MODELS=${MODELS:-qwen3-4b-instruct qwen3-1.7b}; CATALOG=wands; ABLATIONS=${ABLATIONS:-1} ;;
-  smoke) MODELS=${MODELS:-qwen3-4b-instruct}; CATALOG=dlpools ;;
+  smoke) MODELS=${MODELS:-qwen3-4b-instruct}; CATALOG=dl-pools-cpu ;;
 esac
+declare -A SHORT=([dl-pools-cpu]=dlpools [wands]=wands)
 
 have_wands() { [[ -n "${DRY_RUN:-}" ]] || [[ -f "$DATA/wands/product.csv" && -f "$DATA/wands/label.csv" ]]; }
 if [[ $CATALOG == wands ]] && ! have_wands; then
@@ -23,19 +25,25 @@ if [[ $CATALOG == wands ]] && ! have_wands; then
   exit 1
 fi
 
+row() {  # row <entry point> <method> <catalog> <model> [overrides...]: cogr/<method> on that catalog
+  local entry=$1 method=$2 c=$3 m=$4; shift 4
+  # shellcheck disable=SC2086  # $entry is "run evaluate" or "pipeline": word-split on purpose
+  RUN_NAME="cogr/${method}_${SHORT[$c]}" $entry "cogr/$method" "$m" "benchmark=$c" "$@"
+}
+
 rows() {  # rows <catalog> <model>: the cutoff baselines, CoGR (base, SFT, rounds), CoGR*, the ablations
   local c=$1 m=$2
-  run evaluate "cogr/bm25_cutoff_$c" "$m"
-  run evaluate "cogr/dense_cutoff_$c" "$m"
+  row "run evaluate" bm25_cutoff "$c" "$m"
+  row "run evaluate" dense_cutoff "$c" "$m"
   local root
   for SEED in $(seeds); do
-    pipeline "cogr/cogr_$c" "$m"
+    row pipeline cogr "$c" "$m"
     # CoGR*: query-side rounds only, over the item index of CoGR's own SFT stage (of the same seed)
-    root="$LOG_DIR/cogr/cogr_$c/$PROFILE-$m/seed$SEED"
-    pipeline "cogr/cogr_star_$c" "$m" "roles.query.init_from=$root/sft_query" "roles.item.init_from=$root/sft_item"
+    root="$LOG_DIR/cogr/cogr_${SHORT[$c]}/$PROFILE-$m/seed$SEED"
+    row pipeline cogr_star "$c" "$m" "roles.query.init_from=$root/sft_query" "roles.item.init_from=$root/sft_item"
     if [[ "${ABLATIONS:-0}" == 1 ]]; then
-      pipeline "cogr/cogr_shared_$c" "$m"
-      pipeline "cogr/cogr_nosft_$c" "$m"
+      row pipeline cogr_shared "$c" "$m"
+      row pipeline cogr_nosft "$c" "$m"
     fi
   done
   SEED=0
@@ -45,8 +53,8 @@ for m in $MODELS; do rows "$CATALOG" "$m"; done
 # CPU: the WANDS baselines too, when its files are present
 if [[ $PROFILE == cpu ]]; then
   if have_wands; then
-    run evaluate cogr/bm25_cutoff_wands smollm2-135m
-    run evaluate cogr/dense_cutoff_wands smollm2-135m
+    row "run evaluate" bm25_cutoff wands smollm2-135m
+    row "run evaluate" dense_cutoff wands smollm2-135m
   else
     echo "== WANDS rows skipped: $DATA/wands/product.csv or label.csv missing (python -m rankrl.data.prepare --only wands)"
   fi

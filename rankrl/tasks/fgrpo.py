@@ -569,7 +569,8 @@ class FGRPOTask(TaskBase):
             shortening; QA passages always use abstract ids).
         id_style: abstract ids as ``numbers`` 1..20 (default) or ``letters`` a..t (one token each: CPU scale).
         max_history: recommendation history items shown (the most recent; the loader keeps up to 20).
-        text_chars: each shown item or passage cut to this many characters (None: whole; CPU scale).
+        name_chars / passage_chars: each shown recommendation item / QA passage cut to this many characters
+            (None: whole; CPU scale).
         train_queries / eval_queries: the first N queries of the train / evaluation split (None: all).
         probe_queries: dev queries that ``monitor`` generates for (the training curves' held-out probe).
         num_candidates: the pool size every query must have.
@@ -592,7 +593,8 @@ class FGRPOTask(TaskBase):
     item_ids: bool = False
     id_style: str = "numbers"
     max_history: int | None = None
-    text_chars: int | None = None
+    name_chars: int | None = None
+    passage_chars: int | None = None
     train_queries: int | None = None
     eval_queries: int | None = None
     probe_queries: int = 8
@@ -630,10 +632,10 @@ class FGRPOTask(TaskBase):
             bench = self.bench
             queries = bench.split(split)
             if bench.name in QA_BENCHMARKS:
-                pools = [qa_pool(bench, q, self.seed, self.text_chars, self.id_style) for q in queries]
+                pools = [qa_pool(bench, q, self.seed, self.passage_chars, self.id_style) for q in queries]
             else:
                 pools = [
-                    recsys_pool(bench, q, self.item_ids, self.max_history, self.text_chars, self.id_style)
+                    recsys_pool(bench, q, self.item_ids, self.max_history, self.name_chars, self.id_style)
                     for q in queries
                 ]
             self._pools[split] = [check_pool(p, self.num_candidates) for p in pools]

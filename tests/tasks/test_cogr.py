@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rankrl.config import CONFIG_DIR, REPO_ROOT
+from rankrl.config import REPO_ROOT
 from rankrl.data.errors import MissingDataError
 from rankrl.errors import ConfigError
 from rankrl.eval.metrics import set_prf
@@ -407,7 +407,13 @@ def test_the_co_evolution_figure_draws_what_the_evaluation_reports(tmp_path):
 
     rounds = load_rounds(REPO_ROOT / "experiments" / "cogr" / "figures.yaml")
     assert [r["pipeline"] for r in rounds] == ["cogr/cogr_dlpools", "cogr/cogr_wands"]
-    assert all((CONFIG_DIR / "experiment" / f"{r['pipeline']}.yaml").exists() for r in rounds)
+    # each is the run folder of experiment cogr/cogr on one catalog (the benchmark axis)
+    from rankrl.pipeline import compose
+
+    names = [
+        compose(["experiment=cogr/cogr", f"benchmark={b}"]).experiment_name for b in ("dl-pools-cpu", "wands")
+    ]
+    assert names == [r["pipeline"] for r in rounds]
     gens = {"query": Scripted(QUERY_ANSWERS), "item": Scripted(ITEM_ANSWERS)}
     metrics = make_task(tmp_path, "base").evaluate(gens, "validation")["metrics"]
     assert all(set(panel_metrics(r["panels"])) <= set(metrics) for r in rounds)
@@ -419,8 +425,8 @@ def test_the_co_evolution_figure_draws_what_the_evaluation_reports(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # a whole reproduce script on the tiny model: minutes
 def test_tiny_pipeline_alternates_two_rounds_hands_indexes_over_and_reports(tmp_path, model_dir):
-    """cogr/cogr_dlpools on a 6-query catalog with the tiny model (1 step per stage), then CoGR* from its SFT
-    stages, then the tables and the co-evolution figure (about 3 minutes on 2 busy cores)."""
+    """cogr/cogr on a 6-query dl-pools-cpu catalog with the tiny model (1 step per stage), then CoGR* from
+    its SFT stages, then the tables and the co-evolution figure (about 3 minutes on 2 busy cores)."""
     import subprocess
     import sys
 
@@ -449,9 +455,8 @@ def test_tiny_pipeline_alternates_two_rounds_hands_indexes_over_and_reports(tmp_
         assert out.returncode == 0, out.stderr[-3000:]
         return Path(out.stdout.strip().splitlines()[-1].removeprefix("pipeline finished: "))
 
-    root = pipeline(
-        "cogr/cogr_dlpools", "cogr_schedule.rounds=2"
-    )  # the CPU scale's 3 rounds add nothing here
+    # the CPU scale's 3 rounds add nothing here
+    root = pipeline("cogr/cogr", "benchmark=dl-pools-cpu", "schedule.rounds=2")
     assert root == tmp_path / "cogr/cogr_dlpools/cpu-tiny/seed0"
     order = ["base", "sft_query", "sft_item", "query_r1", "item_r1", "query_r2", "item_r2", "eval"]
     records = {s: json.loads((root / s / "metrics.json").read_text()) for s in order}
@@ -490,8 +495,9 @@ def test_tiny_pipeline_alternates_two_rounds_hands_indexes_over_and_reports(tmp_
     assert records["eval"]["metrics"] == records["item_r2"]["metrics"]  # the same sets, read back
 
     star = pipeline(
-        "cogr/cogr_star_dlpools",
-        "cogr_schedule.rounds=1",
+        "cogr/cogr_star",
+        "benchmark=dl-pools-cpu",
+        "schedule.rounds=1",
         f"roles.query.init_from={root / 'sft_query'}",
         f"roles.item.init_from={root / 'sft_item'}",
     )
