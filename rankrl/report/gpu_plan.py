@@ -37,6 +37,7 @@ import shlex
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rankrl.config import REPO_ROOT
 
@@ -137,16 +138,16 @@ def _sweep_point(command: list[str]) -> str | None:
     return given[-1] if given and f"/benchmark={given[-1]}" in run_dir else None
 
 
-# data sets and retrievers whose smoke runs stand in for those the smoke does not run (WANDS is not on the
-# build machines; the other CLIPs read the same prompts): the table marks such rows
-SMOKE_STAND_INS = {
-    "_wands": "_dlpools",
-    "clip-vit-b32": "clip-vit-b16",
-    "clip-vit-l14": "clip-vit-b16",
-    "cogr_shared_": "cogr_",
-    "cogr_nosft_": "cogr_",
-}  # the CoGR ablations' prompts are CoGR's
-# (a sweep point of another benchmark reads the benchmark the smoke ran, and is marked too)
+def smoke_stand_ins(paper: str) -> dict[str, Any]:
+    """The paper's ``gpu_plan:`` node of ``experiments/<paper>/tables.yaml``: ``smoke_stand_ins`` maps a
+    piece of a paper-scale experiment's name to the piece of the smoke run that stands in for it (a data set
+    the build machines lack, a retriever whose prompts are the same), and ``note`` says where a smoke's
+    prompts are shorter than the paper's. The table marks every row measured on a stand-in."""
+    import yaml
+
+    spec = yaml.safe_load((REPO_ROOT / "experiments" / paper / "tables.yaml").read_text()) or {}
+    node = spec.get("gpu_plan") or {}
+    return {"stand_ins": dict(node.get("smoke_stand_ins") or {}), "note": node.get("note", "")}
 
 
 def _mean_prompt_len(log: Path) -> float | None:
@@ -159,13 +160,17 @@ def _mean_prompt_len(log: Path) -> float | None:
 
 
 def _smoke_prompt_len(
-    runs_dir: Path, experiment: str, stage: str | None, benchmark: str | None = None
+    runs_dir: Path,
+    experiment: str,
+    stage: str | None,
+    benchmark: str | None = None,
+    stand_ins: dict[str, str] | None = None,
 ) -> tuple[float | None, bool]:
     """Mean prompt tokens of a smoke run of ``experiment`` (any model and sweep point: they share the smoke
     tokenizer): its stage ``stage`` (a paper schedule's later rounds read the smoke's first round of the same
     stage), else any of its GRPO stages; and whether a stand-in experiment's run was used."""
     stand_in = experiment
-    for a, b in SMOKE_STAND_INS.items():
+    for a, b in (stand_ins or {}).items():
         stand_in = stand_in.replace(a, b)
     names = [experiment, stand_in]
     wanted = re.compile(re.sub(r"_r\d+$", lambda _: r"_r\d+", stage) + "$") if stage else None
@@ -200,6 +205,7 @@ def rows(paper: str, smoke_runs: Path) -> list[Row]:
     from rankrl.models import paper_parameters
     from rankrl.pipeline import compose, expand
 
+    stand_ins = smoke_stand_ins(paper)["stand_ins"]
     found: list[Row] = []
     for command in paper_commands(paper):
         overrides, runs = _overrides(command)
@@ -227,7 +233,7 @@ def rows(paper: str, smoke_runs: Path) -> list[Row]:
             trainer = (compose([*extra, *overrides]) if extra else cfg).trainer
             sft = str(trainer._target_).endswith("SFTStep")
             length, row.stand_in = _smoke_prompt_len(
-                smoke_runs, cfg.experiment_name, name, swept[0] if swept else None
+                smoke_runs, cfg.experiment_name, name, swept[0] if swept else None, stand_ins
             )
             row.stages.append(
                 Stage(
@@ -297,12 +303,12 @@ def table(paper: str, smoke_runs: Path, gpus: int, gpu: str) -> str:
             f"{sum(e['gpu_hours'] for e in est) * row.runs:.1f} |"
         )
     if any(r.stand_in for r in found):
+        spec = smoke_stand_ins(paper)
         lines.append(
             "\n\\* L from the smoke run of a stand-in ("
-            + ", ".join(f"{b} for {a}" for a, b in SMOKE_STAND_INS.items())
-            + ", or another benchmark "
-            "of the same sweep): the smoke did not run this one. Where a smoke cuts the prompts (CoGR: item "
-            "descriptions at 64 words, paper 256) L is low."
+            + ", ".join(f"{b} for {a}" for a, b in spec["stand_ins"].items())
+            + ", or another benchmark of the same sweep): the smoke did not run this one."
+            + (f" {spec['note']}" if spec["note"] else "")
         )
     return "\n".join(lines) + "\n"
 
@@ -311,7 +317,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m rankrl.report.gpu_plan", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("paper", choices=["rankr1", "grape", "fgrpo", "cogr"])
+    from rankrl.report.__main__ import papers
+
+    parser.add_argument("paper", choices=papers())
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--gpu", choices=sorted(GPUS), default="h100-80gb")
     parser.add_argument(

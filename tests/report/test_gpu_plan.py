@@ -80,3 +80,22 @@ def test_a_benchmark_is_a_sweep_point_only_in_its_sweep_folder():
     assert _sweep_point(point) == "bright-pony"
     # one file per method, the benchmark an override: a row with its own folder (fgrpo/fgrpo_lastfm)
     assert _sweep_point(["experiment=fgrpo/fgrpo", "benchmark=lastfm"]) is None
+
+
+def test_a_stand_in_smoke_run_measures_l_and_marks_the_row(tmp_path):
+    """A paper row the smoke does not run (CoGR on WANDS) reads L from the run the paper's tables.yaml names
+    as its stand-in (dl-pools), and says so; a row with its own smoke run is not marked."""
+    import json
+
+    from rankrl.report.gpu_plan import _smoke_prompt_len, smoke_stand_ins
+
+    spec = smoke_stand_ins("cogr")
+    assert spec["stand_ins"]["_wands"] == "_dlpools" and spec["note"]
+    assert smoke_stand_ins("rankr1")["stand_ins"] == {}  # no stand-ins declared: none used
+    log = tmp_path / "cogr/cogr_dlpools/smoke-qwen3-4b-instruct/seed0/query_r1/train_log.jsonl"
+    log.parent.mkdir(parents=True)
+    log.write_text(json.dumps({"prompt_length/mean": 300.0}) + "\n")
+    stand_ins = spec["stand_ins"]
+    assert _smoke_prompt_len(tmp_path, "cogr/cogr_wands", "query_r3", None, stand_ins) == (300.0, True)
+    assert _smoke_prompt_len(tmp_path, "cogr/cogr_dlpools", "query_r1", None, stand_ins) == (300.0, False)
+    assert _smoke_prompt_len(tmp_path, "cogr/cogr_wands", "query_r1", None, {}) == (None, False)
