@@ -172,9 +172,9 @@ def test_paper_profile_without_a_gpu_stops_before_anything_loads():
     from tests.conftest import compose
 
     with pytest.raises(EnvironmentProblem, match="no.*GPU|none.*smoke-<paper>|profile=smoke"):
-        app.check_machine(compose("train", ["experiment=rankr1/rankr1_grpo_dl19", "profile=paper"]))
+        app.check_machine(compose("train", ["experiment=rankr1/rankr1_grpo", "profile=paper"]))
     app.check_machine(compose("evaluate", ["experiment=rankr1/bm25", "profile=paper"]))  # no model: runs
-    app.check_machine(compose("train", ["experiment=rankr1/rankr1_grpo_dl19", "profile=smoke"]))
+    app.check_machine(compose("train", ["experiment=rankr1/rankr1_grpo", "profile=smoke"]))
 
 
 def test_make_lists_every_paper_row_without_running_one():
@@ -190,12 +190,12 @@ def test_make_lists_every_paper_row_without_running_one():
     ).stdout
     rows = [line for line in out.splitlines() if "-m rankrl." in line]
     for model in ("qwen2.5-3b", "qwen2.5-7b", "qwen2.5-14b"):
-        # one file per method with the benchmark as an override (rankr1/setwise), or a file per benchmark
+        # one file per method, the benchmark an override (rankr1/setwise benchmark=dl20)
         for exp, benchmark in (
             ("setwise", "benchmark=dl19"),
             ("setwise", "benchmark=dl20"),
-            ("rankr1_grpo_dl19", None),
-            ("rankr1_grpo_dl20", None),
+            ("rankr1_grpo", "benchmark=dl19"),
+            ("rankr1_grpo", "benchmark=dl20"),
         ):
             assert any(
                 f"experiment=rankr1/{exp} profile=paper model={model} " in r

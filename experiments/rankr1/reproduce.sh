@@ -45,8 +45,8 @@ paper_rows() {  # paper_rows <model>: Table 1's rows of one model, then its BRIG
   trec_dl rankr1/setwise dl20 "$m"
   # GRPO on MS MARCO (smoke: DL20's judged pools), evaluated on DL19; the same policy is then read on DL20
   for SEED in $(seeds); do
-    run train rankr1/rankr1_grpo_dl19 "$m" trainer.resume=true
-    run evaluate rankr1/rankr1_grpo_dl20 "$m" "init_from=$LOG_DIR/rankr1/rankr1_grpo_dl19/$PROFILE-$m/seed$SEED"
+    RUN_NAME=rankr1/rankr1_grpo_dl19 run train rankr1/rankr1_grpo "$m" benchmark=dl19 trainer.resume=true
+    trec_dl rankr1/rankr1_grpo dl20 "$m" "init_from=$LOG_DIR/rankr1/rankr1_grpo_dl19/$PROFILE-$m/seed$SEED"
   done
   SEED=0 policy="init_from=$LOG_DIR/rankr1/rankr1_grpo_dl19/$PROFILE-$m/seed0"  # BRIGHT reads seed 0's policy
   if ! have_bright; then

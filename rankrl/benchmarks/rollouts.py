@@ -2,7 +2,7 @@
 
 Both engines serve the same SmolLM2-135M-Instruct policy (float32, CPU) in one process, and the calls
 alternate: hf, vllm, hf, vllm, ... for each shape, one warm-up call each not counted. The prompts are the
-Rank-R1 task's own (``experiment=rankr1/rankr1_grpo_dl19`` at ``profile=cpu``: DL20 judged-pool prompts, 5
+Rank-R1 task's own (``experiment=rankr1/rankr1_grpo`` at ``profile=cpu``: DL20 judged-pool prompts, 5
 passages cut to 32 tokens, ~360 prompt tokens):
 
 - **grpo shape**: one GRPO step's rollouts, 2 prompts x G=8 completions of at most 64 tokens at
@@ -61,7 +61,7 @@ def rankr1_task() -> Any:
     from rankrl.config import CONFIG_DIR
 
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose("train", ["experiment=rankr1/rankr1_grpo_dl19", "logger=none"])
+        cfg = compose("train", ["experiment=rankr1/rankr1_grpo", "logger=none"])
     return app.build_task(cfg)
 
 

@@ -139,7 +139,7 @@ def test_a_wrong_value_ends_in_one_line_without_traceback(tmp_path, override: st
             sys.executable,
             "-m",
             "rankrl.train",
-            "experiment=rankr1/rankr1_grpo_dl19",
+            "experiment=rankr1/rankr1_grpo",
             override,
             "logger=none",
             f"hydra.run.dir={tmp_path}",
