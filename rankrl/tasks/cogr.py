@@ -23,7 +23,9 @@ folder (``query_keywords.json``, ``item_keywords.json``). A side whose weights c
 same indexing sampling; only when there is none does the frozen role's generator write them in ``bind``.
 Base weights (no ``init_from``) share one file per model and catalog under ``<cache_dir>/cogr/``. This is how
 the item-side stage gets its reference index (the trained role has no frozen generator) and how a single
-generator shared by both sides (an ablation) gets the other side's keywords.
+generator shared by both sides (an ablation) gets the other side's keywords. The mechanism is the core's
+(``rankrl.rl.role_outputs``: where a role's weights come from, the files, the base cache); this module says
+which outputs (one per side), their files' identity (``keyword_meta``) and how they are written (the prompts).
 
 Where this module departs from the paper, or fills in what it does not say, the docstrings say so: the
 prompts (``prompts/cogr.toml``), keyword parsing and normalisation, sets cut to their first K_max keywords
@@ -39,14 +41,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
-import os
 import re
 import time
 import tomllib
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,10 +58,10 @@ from rankrl.data.records import Document, Query, Run
 from rankrl.errors import ConfigError
 from rankrl.eval.metrics import PRF_COLUMNS, prf_from_counts, set_prf
 from rankrl.retrieval.keyword_index import KeywordIndex, invert, keyword_bag, normalize_keyword
+from rankrl.rl.role_outputs import TRAINED as TRAINED  # re-exported: the stamp on a stage's own sets
+from rankrl.rl.role_outputs import RoleOutputs, WeightsSource, base_weights, weights_source
 from rankrl.rollout.base import Generator, Messages
 from rankrl.tasks.base import Example, Scores, SFTExample, TaskBase
-
-log = logging.getLogger(__name__)
 
 PROMPTS: dict[str, dict[str, str]] = tomllib.loads(
     (Path(__file__).parent / "prompts" / "cogr.toml").read_text()
@@ -368,41 +368,10 @@ def query_sft_targets(
 
 # ---- 5. Keyword files: one side's keyword sets, written by the evaluation that used them -------------------
 
+# A side's keyword sets are the outputs of the role writing it (``rankrl.rl.role_outputs``): stored in the
+# run folder that used them under these names, ``{"meta": ..., "keywords": {id: [keyword, ...]}}``; base
+# model sets under ``<cache_dir>/cogr/<side>-base-<hash>.json``.
 KEYWORD_FILES = {"query": "query_keywords.json", "item": "item_keywords.json"}
-TRAINED = "trained in this run"
-
-
-def read_keywords(
-    path: Path | None, meta: Mapping[str, Any], ids: Collection[str]
-) -> dict[str, list[str]] | None:
-    """The sets of ``ids`` stored at ``path`` if it was written for the same ``meta`` and holds them all."""
-    if path is None or not path.is_file():
-        return None
-    try:
-        stored = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        log.warning("ignoring unreadable keyword file %s: %s", path, err)
-        return None
-    if {k: stored.get("meta", {}).get(k) for k in meta} != dict(meta):
-        return None
-    keywords = stored.get("keywords", {})
-    if not set(ids) <= set(keywords):
-        return None
-    return {i: list(keywords[i]) for i in ids}
-
-
-def write_keywords(path: Path, meta: Mapping[str, Any], keywords: Mapping[str, Sequence[str]]) -> None:
-    """Store sets at ``path`` (merged with what is there for the same ``meta``), atomically."""
-    old = read_keywords(path, meta, ()) if path.is_file() else None
-    merged = {**(_stored(path) if old is not None else {}), **{k: list(v) for k, v in keywords.items()}}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"meta": dict(meta), "keywords": merged}, ensure_ascii=False))
-    tmp.replace(path)
-
-
-def _stored(path: Path) -> dict[str, list[str]]:
-    return json.loads(path.read_text()).get("keywords", {})
 
 
 def _plain(value: Any) -> Any:
@@ -413,20 +382,6 @@ def _plain(value: Any) -> Any:
 
 
 # ---- 6. The task as the training loop sees it --------------------------------------------------------------
-
-
-@dataclass
-class WeightsSource:
-    """Where a side's weights come from: trained in this run, an earlier run's folder, or the base model."""
-
-    kind: str  # "trained" | "run" | "base"
-    folder: Path | None = None
-    model: str | None = None
-
-    def describe(self) -> str:
-        return {"trained": TRAINED, "run": f"run {self.folder}", "base": f"base model {self.model}"}[
-            self.kind
-        ]
 
 
 class CoGRTask(CatalogOnDemand, TaskBase):
@@ -507,6 +462,7 @@ class CoGRTask(CatalogOnDemand, TaskBase):
         self.cache_dir = Path(cache_dir) if cache_dir else None
         self.index_sampling = _plain(index_sampling)
         self.seed = seed
+        self.outputs = RoleOutputs("cogr", run_dir, cache_dir, seed, files=KEYWORD_FILES, field="keywords")
         self.role: str | None = None
         self.generators: dict[str, Generator] = {}
         self.side: str | None = None
@@ -527,19 +483,11 @@ class CoGRTask(CatalogOnDemand, TaskBase):
 
     def weights_source(self, side: str, at_start: bool = False) -> WeightsSource:
         """Where the weights writing ``side`` come from; ``at_start``: before this run trained anything."""
-        role = self.role_of(side)
-        if role == self.role and not at_start:
-            return WeightsSource("trained")
-        init = self.role_specs.get(role, {}).get("init_from")
-        if init:
-            return WeightsSource("run", folder=Path(str(init)))
-        return self.base_source(side)
+        return weights_source(self.role_of(side), self.role, self.role_specs, self.model_path, at_start)
 
     def base_source(self, side: str) -> WeightsSource:
         """The base model of the role writing ``side`` (its own ``model`` node, else the run's model)."""
-        model = self.role_specs.get(self.role_of(side), {}).get("model")
-        path = model.get("path") if isinstance(model, Mapping) else None
-        return WeightsSource("base", model=str(path or self.model_path))
+        return base_weights(self.role_of(side), self.role_specs, self.model_path)
 
     def keyword_meta(self, side: str) -> dict[str, Any]:
         """What a stored keyword file must match: catalog, prompt, budgets, indexing sampling."""
@@ -562,50 +510,19 @@ class CoGRTask(CatalogOnDemand, TaskBase):
             "sampling": json.dumps(self.index_sampling, sort_keys=True, default=str),
         }
 
-    def keyword_file(self, side: str, source: WeightsSource) -> Path | None:
-        """The file holding ``side``'s keyword sets for the weights ``source`` names (None: trained here)."""
-        if source.kind == "run":
-            return source.folder / KEYWORD_FILES[side]
-        if source.kind == "base" and self.cache_dir is not None:
-            key = json.dumps([source.model, self.keyword_meta(side), self.seed], sort_keys=True)
-            return (
-                self.cache_dir / "cogr" / f"{side}-base-{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
-            )
-        return None
-
     def keywords(
         self, side: str, ids: Sequence[str], generator: Generator | None, source: WeightsSource
     ) -> dict[str, list[str]]:
         """``side``'s keyword sets for ``ids`` from the weights ``source`` names: read from the file those
         weights' run wrote when it has them all, else written now by ``generator`` (and stored)."""
-        meta = self.keyword_meta(side)
-        stored_meta = {**meta, "source": TRAINED} if source.kind == "run" else meta
-        path = self.keyword_file(side, source)
-        found = read_keywords(path, stored_meta, ids) if source.kind != "trained" else None
-        if found is not None:
-            log.info("%s keywords of %s read from %s", side, source.describe(), path)
-            self._record(side, found, source)
-            return found
-        if generator is None:
-            raise ConfigError(
-                f"no {side} keyword sets for the {self.role_of(side)!r} role's weights ({source.describe()}) "
-                f"and no generator to write them in this stage: the stage that produced those weights "
-                f"writes {KEYWORD_FILES[side]} when it finishes (base weights: the pipeline's `base` "
-                f"evaluation stage, which `python -m rankrl.pipeline experiment=cogr/...` runs first)"
-            )
-        made = self.generate(side, ids, generator)
-        if source.kind == "base" and path is not None:
-            write_keywords(path, meta, made)
-        self._record(side, made, source)
-        return made
-
-    def _record(self, side: str, keywords: Mapping[str, Sequence[str]], source: WeightsSource) -> None:
-        """Keep the sets this run used in its folder, saying whose weights wrote them."""
-        if self.run_dir is not None:
-            kind = TRAINED if source.kind == "trained" else source.describe()
-            write_keywords(
-                self.run_dir / KEYWORD_FILES[side], {**self.keyword_meta(side), "source": kind}, keywords
-            )
+        missing = ConfigError(
+            f"no {side} keyword sets for the {self.role_of(side)!r} role's weights ({source.describe()}) "
+            f"and no generator to write them in this stage: the stage that produced those weights "
+            f"writes {KEYWORD_FILES[side]} when it finishes (base weights: the pipeline's `base` "
+            f"evaluation stage, which `python -m rankrl.pipeline experiment=cogr/...` runs first)"
+        )
+        make = None if generator is None else lambda wanted: self.generate(side, wanted, generator)
+        return self.outputs.get_or_make(side, ids, source, self.keyword_meta(side), make, missing)
 
     def generate(self, side: str, ids: Sequence[str], generator: Generator) -> dict[str, list[str]]:
         """One generator call over every id (the engine batches); parsed keyword sets."""

@@ -5,6 +5,7 @@ Elsewhere: the catalogs (tests/data/test_catalogs.py), the cutoff baselines
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import re
@@ -307,6 +308,35 @@ def test_item_stage_without_a_reference_index_says_what_to_run(tmp_path):
     task.bind("item", {"query": Scripted(QUERY_ANSWERS)})
     with pytest.raises(ConfigError, match="item_keywords.json"):
         task.train_examples()
+
+
+def test_keyword_files_keep_their_names_and_format(tmp_path):
+    """Run folders and caches written before the core's role outputs (rankrl.rl.role_outputs) still read:
+    the same file names, cache key and bytes."""
+    task = make_task(tmp_path, "base")
+    task.evaluate({"query": Scripted(QUERY_ANSWERS), "item": Scripted(ITEM_ANSWERS)}, "validation")
+    meta = task.keyword_meta("item")
+    assert list(meta) == ["side", "catalog", "prompt", "sampling"]
+    key = json.dumps(["base-model", meta, 0], sort_keys=True)
+    cached = tmp_path / "cache" / "cogr" / f"item-base-{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
+    keywords = json.loads(cached.read_text())["keywords"]
+    assert keywords["i4"] == ["lamp", "floor lamp"]
+    assert cached.read_text() == json.dumps({"meta": meta, "keywords": keywords}, ensure_ascii=False)
+    stamped = {**meta, "source": "base model base-model"}
+    assert (tmp_path / "base" / cogr.KEYWORD_FILES["item"]).read_text() == json.dumps(
+        {"meta": stamped, "keywords": keywords}, ensure_ascii=False
+    )
+    # a stage's own file (stamped TRAINED) is what the next stage reads, generating nothing
+    (tmp_path / "sft_item").mkdir()
+    (tmp_path / "sft_item" / "item_keywords.json").write_text(
+        json.dumps({"meta": {**meta, "source": "trained in this run"}, "keywords": keywords})
+    )
+    roles = {"query": {"init_from": None}, "item": {"init_from": str(tmp_path / "sft_item")}}
+    frozen = Scripted({})
+    reader = make_task(tmp_path, "query_r1", roles)
+    reader.bind("query", {"item": frozen})
+    reader.train_examples()
+    assert frozen.calls == 0 and reader.item_index().bag_of("i4") >= {"lamp", "floor lamp"}
 
 
 def test_sft_targets_are_the_base_models_keywords(tmp_path):
