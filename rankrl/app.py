@@ -110,7 +110,8 @@ def build_roles(cfg: DictConfig, ckpt_path: str | None = None) -> dict[str, Role
 
 
 def check_train_role(cfg: DictConfig, task: EvalTask) -> str:
-    role = cfg.get("train_role") or DEFAULT_ROLE
+    """The role ``cfg.train_role`` (conf/train.yaml: ``policy``), after checking that the run declares it."""
+    role = cfg.train_role
     declared = set(role_specs(cfg))
     if role not in declared:
         raise ConfigError(f"train_role={role!r}; the run's roles are {', '.join(sorted(declared))}")

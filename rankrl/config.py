@@ -49,13 +49,16 @@ setup()
 
 @dataclass
 class RunKeys:
-    """Types of the top-level keys every entry point reads (checked before anything is built)."""
+    """Types of the top-level keys every entry point reads (checked before anything is built).
 
-    seed: int = 0
-    eval_split: str = "test"
-    eval_limit: int | None = None
-    init_from: str | None = None
-    train_role: str | None = None
+    Types only: the values come from conf/train.yaml and conf/evaluate.yaml, their one source.
+    """
+
+    seed: int
+    eval_split: str
+    eval_limit: int | None
+    init_from: str | None
+    train_role: str
 
 
 def check_run_keys(cfg: DictConfig) -> None:

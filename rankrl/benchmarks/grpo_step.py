@@ -198,7 +198,8 @@ def _task(cfg: BenchConfig) -> Any:
         from rankrl.benchmarks.rollouts import rankr1_task
 
         return FirstExamples(rankr1_task(), cfg.prompts)
-    return VowelWordsTask(num_train_prompts=cfg.prompts)  # every step takes all B prompts
+    # every step takes all B prompts
+    return VowelWordsTask(num_train_prompts=cfg.prompts, num_eval_prompts=16)
 
 
 def _trl_reward(cfg: BenchConfig, task: Any) -> Callable[..., list[float]]:

@@ -581,7 +581,7 @@ class FGRPOTask(TaskBase):
 
     name = "fgrpo"
 
-    benchmark: str | Benchmark = "movielens-100k"
+    benchmark: str | Benchmark  # no default: conf/task/fgrpo.yaml passes the run's benchmark
     benchmark_options: Mapping[str, Any] | None = None
     data_dir: str | Path = "data"
     factorized: bool = True

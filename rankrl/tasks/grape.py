@@ -48,6 +48,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -347,6 +348,14 @@ def is_built_retriever(retriever: Any) -> bool:
     )
 
 
+# conf/task/grape.yaml's train_sources and split_aliases, their one source; here only as the defaults of a
+# task built directly (tests/config/test_task_defaults.py fails when they differ from the YAML)
+TRAIN_SOURCES: Mapping[str, Sequence[str]] = MappingProxyType(
+    {"dl19": ("dl20", "test"), "dl20": ("dl19", "test")}
+)
+SPLIT_ALIASES: Mapping[str, Mapping[str, str]] = MappingProxyType({"cirr": MappingProxyType({"test": "dev"})})
+
+
 class GrapeTask(TaskBase):
     """GRAPE's prompts, rewards, probe monitor and recall evaluation; Hydra builds it by ``_target_``.
 
@@ -364,8 +373,8 @@ class GrapeTask(TaskBase):
             gold statistics averaged over every relevant item); the same with one relevant item.
         prompt: ``rewrite`` (GRAPE and the zero-shot rewriter) or ``compress`` (the compression control).
         compress_words: the compression control's target length in words (about GRAPE's mean).
-        train_sources: evaluation benchmark -> [training benchmark, split]; default its own ``train`` split
-            (TREC DL has no training split: DL19 is evaluated after training on DL20's queries).
+        train_sources: evaluation benchmark -> [training benchmark, split]; one not in it trains on its own
+            ``train`` split (TREC DL has none: DL19 is evaluated after training on DL20's queries).
         split_aliases: benchmark -> {split asked for: split used}; CIRR's test targets are not public, so
             its ``test`` is its validation set.
         probe_size: training queries in the fixed probe set of ``monitor``.
@@ -393,9 +402,9 @@ class GrapeTask(TaskBase):
         gold: str = "best",
         prompt: str = "rewrite",
         compress_words: int = 45,
-        train_sources: Mapping[str, Sequence[str]] | None = None,
-        split_aliases: Mapping[str, Mapping[str, str]] | None = None,
-        probe_size: int = 32,
+        train_sources: Mapping[str, Sequence[str]] | None = TRAIN_SOURCES,
+        split_aliases: Mapping[str, Mapping[str, str]] | None = SPLIT_ALIASES,
+        probe_size: int = 64,
         max_train_queries: int | None = None,
         eval_k: int = 10,
         query_kind: str | None = None,

@@ -446,11 +446,13 @@ class RankR1Task(TaskBase):
 
     name = "rankr1"
 
-    train_benchmark: str | Benchmark = "dl20"
-    eval_benchmark: str | Benchmark = "dl19"
+    # where training and evaluation data come from: no default here, conf/task/rankr1.yaml and the task
+    # scales (task_scale/rankr1_*.yaml) are their one source
+    train_benchmark: str | Benchmark
+    eval_benchmark: str | Benchmark
+    construction: str
     data_dir: str | Path = "data"
     tokenizer: Any = None
-    construction: str = "judged_pool"
     num_candidates: int = 20
     reasoning: bool = True
     query_max_tokens: int | None = 32

@@ -63,7 +63,7 @@ def _prompt(topic: str) -> list[dict[str, str]]:
 class VowelWordsTask(TaskBase):
     """Prompts "Write a few words about <topic>"; the reward is ``vowel_word_reward``.
 
-    Args:
+    Args (no defaults for the counts: conf/task/vowels.yaml and vowel_relay.yaml hold them):
         num_train_prompts: training prompts (topics cycled, numbered so each prompt is distinct).
         num_eval_prompts: evaluation prompts, disjoint from the training ones.
         seed: shuffles the topic order.
@@ -73,7 +73,7 @@ class VowelWordsTask(TaskBase):
 
     name = "vowels"
 
-    def __init__(self, num_train_prompts: int = 64, num_eval_prompts: int = 16, seed: int = 0) -> None:
+    def __init__(self, num_train_prompts: int, num_eval_prompts: int, seed: int = 0) -> None:
         topics = list(_TOPICS)
         random.Random(seed).shuffle(topics)
         self._train = [f"{topics[i % len(topics)]} ({i})" for i in range(num_train_prompts)]

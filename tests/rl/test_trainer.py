@@ -69,7 +69,7 @@ def vowels_loop(model_dir: Path, run_dir: Path, **cfg) -> TrainLoop:
             **cfg,
         }
     )
-    task = VowelWordsTask(num_train_prompts=8)
+    task = VowelWordsTask(num_train_prompts=8, num_eval_prompts=16)
     return make_loop(
         policy, tok, task, config, run_dir, RunLogger(run_dir), engine=HFEngine(policy, tok), seed=0
     )

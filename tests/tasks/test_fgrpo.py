@@ -653,9 +653,9 @@ def test_task_rejects_bad_settings():
     with pytest.raises(ValueError, match="benchmark"):
         FGRPOTask(benchmark="dl19")
     with pytest.raises(ValueError, match="slate_reward"):
-        FGRPOTask(slate_reward="precision")
+        FGRPOTask(benchmark="movielens-100k", slate_reward="precision")
     with pytest.raises(ValueError, match="rank_size"):
-        FGRPOTask(slate_size=3, rank_size=5)
+        FGRPOTask(benchmark="movielens-100k", slate_size=3, rank_size=5)
 
 
 # ------------------------------------------------------------------------ the reproduction, end to end

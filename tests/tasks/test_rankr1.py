@@ -487,7 +487,7 @@ def test_evaluate_with_an_oracle_llm_reaches_the_ideal_ndcg(dl19, dl20, metrics_
     import ir_measures
 
     assert len({d.text for d in dl19.corpus.values()}) == len(dl19.corpus)  # the fake LLM keys on text
-    task = RankR1Task(dl20, dl19, reasoning=reasoning, rerank_depth=depth)
+    task = RankR1Task(dl20, dl19, construction="judged_pool", reasoning=reasoning, rerank_depth=depth)
     generate = oracle_generator(dl19, reasoning)
     out = task.evaluate({"policy": generate}, "test")
     assert out["per_query"]["nDCG@10"].mean() == pytest.approx(out["metrics"]["nDCG@10"])
@@ -516,6 +516,7 @@ def test_evaluate_truncates_and_limits(dl19, dl20, metrics_module, tokenizer):
     task = RankR1Task(
         dl20,
         dl19,
+        construction="judged_pool",
         tokenizer=tokenizer,
         query_max_tokens=4,
         passage_max_tokens=16,
@@ -544,14 +545,14 @@ def test_evaluate_drops_excluded_ids(metrics_module):
     run = {"q": {f"d{i}": 10.0 - i for i in range(8)}}
     bench = Benchmark("bright-x", queries, corpus, {"q": {"d0": 1, "d5": 1}}, {"test": ["q"]}, {"bm25": run})
     train = Benchmark("train-x", {}, {}, {}, {})
-    task = RankR1Task(train, bench, num_child=2, k=3, rerank_depth=4)
+    task = RankR1Task(train, bench, construction="judged_pool", num_child=2, k=3, rerank_depth=4)
     out = task.evaluate({"policy": lambda ps: [Generation("nothing") for _ in ps]}, "test")
     assert "d0" not in out["run"]["q"] and "d3" not in out["run"]["q"]
     assert len(out["run"]["q"]) == 6 and out["cost"]["parse_failures"] == out["cost"]["comparisons"] > 0
 
 
 def test_task_train_examples_and_score(dl19, dl20):
-    task = RankR1Task(dl20, dl19, num_candidates=5, seed=0)
+    task = RankR1Task(dl20, dl19, construction="judged_pool", num_candidates=5, seed=0)
     examples = task.train_examples()
     assert examples and all(e.uid.startswith("dl20:") for e in examples)
     ex = examples[:2]
@@ -572,7 +573,7 @@ def test_task_train_examples_and_score(dl19, dl20):
 
 def test_task_rejects_training_on_the_eval_set():
     with pytest.raises(ValueError, match="evaluate on unseen data"):
-        RankR1Task("dl19", "dl19")
+        RankR1Task("dl19", "dl19", construction="judged_pool")
     with pytest.raises(ValueError, match="valid: \\('msmarco', 'judged_pool'\\)"):
         RankR1Task("dl20", "dl19", construction="bm25")
 
