@@ -146,7 +146,7 @@ class RoleOutputs:
         """The values of ``ids`` stored at ``path`` if it was written for the same ``meta`` (every key of
         ``meta`` equal) and holds them all; None otherwise (no file, unreadable, other meta, ids missing)."""
         stored = self._load(path)
-        if stored is None or {k: stored.get("meta", {}).get(k) for k in meta} != dict(meta):
+        if not _same_meta(stored, meta):
             return None
         values = stored.get(self.field, {})
         if not set(ids) <= set(values):
@@ -156,9 +156,8 @@ class RoleOutputs:
     def write(self, path: Path, meta: Mapping[str, Any], values: Mapping[str, Any]) -> None:
         """Store ``values`` at ``path`` for ``meta``, merged with what is there for the same meta (another
         meta's file is replaced), atomically: a reader sees the old file or the new one, never a part."""
-        merged: dict[str, Any] = {}
-        if self.read(path, meta, ()) is not None:
-            merged.update(self._load(path).get(self.field, {}))
+        stored = self._load(path)  # read once: the merge needs its values, not only that it matches
+        merged: dict[str, Any] = dict(stored.get(self.field, {})) if _same_meta(stored, meta) else {}
         merged.update({k: _plain(v) for k, v in values.items()})
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -226,6 +225,11 @@ class RoleOutputs:
             log.warning("ignoring unreadable outputs file %s: %s", path, err)
             return None
         return stored if isinstance(stored, dict) else None
+
+
+def _same_meta(stored: Mapping[str, Any] | None, meta: Mapping[str, Any]) -> bool:
+    """Whether a loaded file was written for ``meta``: every key of ``meta`` equal in its own meta."""
+    return stored is not None and {k: stored.get("meta", {}).get(k) for k in meta} == dict(meta)
 
 
 def _plain(value: Any) -> Any:
