@@ -25,9 +25,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from rankrl import distributed as ddp
 from rankrl.errors import ConfigError, EnvironmentProblem
-from rankrl.rl.config import typed_node
+from rankrl.rl.config import eval_sampling
 from rankrl.rl.task import DEFAULT_ROLE, EvalTask
-from rankrl.rollout.base import Generator, RolloutEngine, SamplingParams, engine_generator, with_progress
+from rankrl.rollout.base import Generator, RolloutEngine, engine_generator, with_progress
 from rankrl.runs import METRICS_FILE
 
 log = logging.getLogger(__name__)
@@ -227,15 +227,6 @@ def build_engine(cfg: DictConfig, policy: torch.nn.Module, tokenizer: Any) -> Ro
 
 
 # ----------------------------------------------------------------------------------------------- evaluation
-
-
-def eval_sampling(cfg: DictConfig, role: str | None = None) -> SamplingParams:
-    """``cfg.evaluation.sampling`` (greedy by default), with a role's own ``sampling`` over it."""
-    node = OmegaConf.to_container(cfg.evaluation.sampling, resolve=True)
-    role_node = ((cfg.get("roles") or {}).get(role) or {}) if role else {}
-    if role_node.get("sampling"):
-        node.update(OmegaConf.to_container(role_node.sampling, resolve=True))
-    return SamplingParams(**typed_node(node, SamplingParams, "evaluation.sampling"))
 
 
 def generators(cfg: DictConfig, roles: Mapping[str, Role]) -> dict[str, Generator]:

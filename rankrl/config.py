@@ -92,6 +92,21 @@ def check_trainable(cfg: DictConfig) -> None:
     )
 
 
+def check_config(cfg: DictConfig, *, train: bool) -> None:
+    """Every check of a composed config that needs no model, run before torch loads: a wrong value
+    (``seed=abc``, ``evaluation.sampling.max_new_tokens=many``, ``trainer.group_size=0``) ends the run in a
+    second, with one line naming the key, instead of after the models and the rollout engine have started."""
+    from rankrl.rl.config import build_trainer_config, eval_sampling
+
+    check_run_keys(cfg)
+    if train:
+        check_trainable(cfg)
+        build_trainer_config(cfg.trainer)
+    if cfg.get("evaluation") is not None:  # each role's evaluation sampling (the run's one policy: no roles)
+        for role in [*(cfg.get("roles") or {})] or [None]:
+            eval_sampling(cfg, role)
+
+
 def group_choices(group: str) -> list[str]:
     """The options of a config group, nested folders included (``experiment`` ->
     ``<paper>/<experiment>`` ...)."""

@@ -17,19 +17,19 @@ from omegaconf import DictConfig
 
 import rankrl.config  # noqa: F401  (resolvers, offline defaults)
 from rankrl.cli import one_line_errors
-from rankrl.config import CONFIG_DIR, check_overrides, check_run_keys, precheck
+from rankrl.config import CONFIG_DIR, check_config, check_overrides, precheck
 
 log = logging.getLogger(__name__)
 
 
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
     """Evaluate and write the run's files; returns the metrics record."""
+    check_config(cfg, train=False)
     # torch and the models load here, not at import: `--help` and `--cfg job` answer without them
     from rankrl import app
     from rankrl.runs import run_record, seed_everything, tracked_config, write_run_files
     from rankrl.tracking import RunLogger
 
-    check_run_keys(cfg)
     app.check_machine(cfg)
     seed_everything(int(cfg.seed))
     task = app.build_task(cfg)

@@ -35,7 +35,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 import rankrl.config  # noqa: F401  (resolvers, schemas, offline defaults)
-from rankrl.config import CONFIG_DIR, check_overrides, check_trainable
+from rankrl.config import CONFIG_DIR, check_config, check_overrides
 from rankrl.errors import ConfigError
 from rankrl.rl.task import DEFAULT_ROLE
 from rankrl.runs import METRICS_FILE
@@ -151,9 +151,8 @@ def run_pipeline(overrides: list[str]) -> Path:
     roles = list(cfg.roles) if cfg.get("roles") else [DEFAULT_ROLE]
     stages = plan(expand(OmegaConf.to_container(cfg.pipeline, resolve=True)), roles)
     root = Path(cfg.paths.log_dir) / cfg.experiment_name / f"{cfg.scale}-{cfg.model.name}" / f"seed{cfg.seed}"
-    for stage in stages:  # every training stage can train its task, before the first one starts
-        if stage.entry == "train":
-            check_trainable(compose([*stage.overrides, *overrides]))
+    for stage in stages:  # every stage's config passes its checks (a training stage trains its task) first
+        check_config(compose([*stage.overrides, *overrides]), train=stage.entry == "train")
     for i, stage in enumerate(stages, 1):
         folder = root / stage.name
         head = (

@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 
 import rankrl.config  # noqa: F401  (resolvers, offline defaults)
 from rankrl.cli import one_line_errors
-from rankrl.config import CONFIG_DIR, check_overrides, check_run_keys, check_trainable, precheck
+from rankrl.config import CONFIG_DIR, check_config, check_overrides, precheck
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Train the role ``cfg.train_role``, evaluate the final policy, write the run's files; returns the
     record."""
+    check_config(cfg, train=True)
     # torch, transformers and peft load here, not at import: `--help` and `--cfg job` answer without them
     from rankrl import app
     from rankrl import distributed as ddp
@@ -38,8 +39,6 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     from rankrl.runs import run_record, seed_everything, tracked_config, write_run_files
     from rankrl.tracking import RunLogger
 
-    check_run_keys(cfg)
-    check_trainable(cfg)
     app.check_machine(cfg)
     trainer_cfg = build_trainer_config(cfg.trainer)
     ddp.init_from_env()

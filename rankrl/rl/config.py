@@ -217,3 +217,12 @@ def register_schemas() -> None:
 def build_trainer_config(node: DictConfig | dict) -> TrainerConfig:
     """The typed trainer config of a composed ``trainer`` node."""
     return TrainerConfig(**typed_node(node, TrainerConfig, "trainer", keep_target=True))
+
+
+def eval_sampling(cfg: DictConfig, role: str | None = None) -> SamplingParams:
+    """``cfg.evaluation.sampling`` (greedy by default), with a role's own ``sampling`` over it."""
+    node = OmegaConf.to_container(cfg.evaluation.sampling, resolve=True)
+    role_node = ((cfg.get("roles") or {}).get(role) or {}) if role else {}
+    if role_node.get("sampling"):
+        node.update(OmegaConf.to_container(role_node.sampling, resolve=True))
+    return SamplingParams(**typed_node(node, SamplingParams, "evaluation.sampling"))

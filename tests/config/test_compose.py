@@ -11,7 +11,7 @@ from hydra.utils import get_class
 from rankrl import app
 from rankrl.errors import ConfigError
 from rankrl.models import PAPER_CONFIGS
-from rankrl.rl.config import build_trainer_config
+from rankrl.rl.config import build_trainer_config, eval_sampling
 from tests.conftest import compose, experiment_names
 
 EXPERIMENTS = experiment_names()
@@ -49,7 +49,7 @@ def test_experiment_composes(experiment: str, profile: str):
         )
         build_trainer_config(cfg.trainer)  # the trainer settings pass their own checks
         get_class(cfg.task._target_)  # the task class imports
-        app.eval_sampling(cfg)  # the evaluation node is typed too
+        eval_sampling(cfg)  # the evaluation node is typed too
         if profile == "cpu":  # every experiment runs on the CPU with a local model and vLLM's CPU engine
             assert cfg.model.name in {"smollm2-135m", "tiny"} and cfg.rollout.name == "vllm"
         if profile == "smoke" and not experiment.startswith("core/"):
@@ -151,6 +151,10 @@ def test_a_wrong_value_ends_in_one_line_without_traceback(tmp_path, override: st
     errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and said in errors[0], out.stderr[-2000:]
     assert "Traceback" not in out.stderr
+    # found before anything was built: no model loaded, no rollout engine started (vLLM logs its start)
+    assert "vllm" not in out.stderr.lower() and not (tmp_path / "train_log.jsonl").exists(), out.stderr[
+        -2000:
+    ]
 
 
 @pytest.mark.parametrize(
@@ -198,15 +202,17 @@ def test_a_trainer_the_task_cannot_use_stops_before_anything_loads():
 
 @pytest.mark.parametrize("experiment", [e for e in EXPERIMENTS if "\npipeline:" in _experiment_text(e)])
 def test_every_pipeline_stage_trains_what_its_task_trains(experiment: str):
-    """run_pipeline checks this before its first stage; here for every pipeline the suite ships."""
+    """run_pipeline checks every stage's config before its first stage; here for every pipeline the suite
+    ships."""
     from omegaconf import OmegaConf
 
-    from rankrl.config import check_trainable
+    from rankrl.config import check_config
     from rankrl.pipeline import expand, plan
 
     cfg = compose("train", [f"experiment={experiment}"])
     roles = list(cfg.roles) if cfg.get("roles") else ["policy"]
     stages = plan(expand(OmegaConf.to_container(cfg.pipeline, resolve=True)), roles)
     for stage in stages:
-        if stage.entry == "train":
-            check_trainable(compose("train", [*stage.overrides, f"experiment={experiment}"]))
+        check_config(
+            compose("train", [*stage.overrides, f"experiment={experiment}"]), train=stage.entry == "train"
+        )

@@ -140,17 +140,19 @@ def _kill_after(run_dir: Path, cmd: list[str], step: int) -> None:
     [
         ("grpo", ("trainer.max_steps=8", "trainer.save_every=2"), 4),  # vLLM's CPU engine, the default
         ("grpo-hf", ("trainer.max_steps=8", "trainer.save_every=2", "rollout=hf"), 4),  # the reference engine
-        (
+        (  # 40 examples, 16 a step: epochs end inside steps 3, 5, 8 and 10, so the resume at step 6
+            # must continue the reshuffled order mid-epoch; the reference engine only serves its evaluation
             "sft",
             (
                 "trainer=sft",
-                "trainer.max_steps=30",
+                "trainer.max_steps=12",
                 "trainer.save_every=2",
-                "trainer.examples_per_step=64",
+                "trainer.examples_per_step=16",
                 "trainer.micro_batch_size=8",
-                "task.num_train_prompts=64",
+                "task.num_train_prompts=40",
+                "rollout=hf",
             ),
-            10,
+            6,
         ),
     ],
 )
@@ -173,11 +175,12 @@ def test_resume_after_kill_matches_an_unbroken_run(tmp_path, model_dir, kind, ar
 def test_corrupted_newest_checkpoint_resumes_from_the_older_one(tmp_path, model_dir):
     """Truncate the newest checkpoint's state: resume warns, goes on from the older one, ends as unbroken."""
     # the shorter run's checkpoints must stay as training left them: it is extended below
-    args = (
+    args = (  # checkpoints, not the engine: the reference engine (a vLLM start per run made this slow)
         "trainer.max_steps=6",
         "trainer.save_every=2",
         "trainer.keep_checkpoints=3",
         "trainer.keep_checkpoints_when_done=true",
+        "rollout=hf",
     )
     whole, broken = tmp_path / "whole", tmp_path / "broken"
     assert subprocess.run(_train_cmd(whole, *args), capture_output=True).returncode == 0
@@ -197,7 +200,7 @@ def test_corrupted_newest_checkpoint_resumes_from_the_older_one(tmp_path, model_
 
 
 def test_fresh_start_keeps_an_earlier_runs_checkpoints_aside(tmp_path, model_dir):
-    args = ("trainer.max_steps=2", "trainer.save_every=1")
+    args = ("trainer.max_steps=2", "trainer.save_every=1", "rollout=hf")  # checkpoint folders, not the engine
     for _ in range(2):
         assert subprocess.run(_train_cmd(tmp_path, *args), capture_output=True).returncode == 0
     assert (tmp_path / "checkpoints.earlier-1" / "step_000002").is_dir()
