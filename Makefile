@@ -83,7 +83,7 @@ lint: install ## ruff check and ruff format --check over the repository (rules: 
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: setup ## the test suite without slow tests (~9 min on 2 idle cores)
+test: setup ## the test suite without slow tests (~20-25 min on 2 idle cores)
 	$(PY) -m pytest -m "not slow" -q --durations=25 $(PYTEST_ARGS)
 
 test-full: setup ## every test, slow ones included
