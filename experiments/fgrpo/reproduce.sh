@@ -57,6 +57,11 @@ sweep() {  # sweep <model> <name> <key> <prefix> <values>: GRPO runs from the Mo
 }
 
 first=${MODELS%% *}
+# Most popular first, no LLM (recommendation benchmarks only; seconds): what a context-free signal reaches on
+# the very pools every row ranks
+for b in $ZERO_SHOT; do
+  if [[ $b == movielens || $b == lastfm ]]; then row evaluate popularity "$b" "$first"; fi
+done
 for m in $MODELS; do
   # the paper's lr for Qwen3.5-2B on the QA benchmarks is 2e-6 (5e-6 elsewhere)
   qa_lr=(); [[ $m == qwen3.5-2b ]] && qa_lr=(trainer.lr=2e-6)

@@ -10,6 +10,10 @@ predicts the last item from everything before it, ``dev`` the second to last, ``
 to last; so every user appears once in each split (query ids ``<user>-<split>``). Histories are
 cut to the most recent ``max_history`` items.
 
+``runs['popularity']`` scores each query's candidates by how many users interacted with the item in the
+training data (every user's sequence without its dev and test items): the classic most-popular baseline,
+with no model, on the same pools.
+
 Ordering:
 - MovieLens: chronological by rating timestamp (ties broken by item id).
 - Last.fm has no timestamps (``user_artists.dat`` holds play counts only), so a user's artists
@@ -140,7 +144,10 @@ def _leave_one_out(
             source, f"{len(unknown)} item ids have no item entry, e.g. {sorted(unknown)[:3]}"
         )
     pool = sorted(items, key=lambda i: (len(i), i))
+    # training-time popularity: a user's last two items are its dev and test targets, never counted
+    popularity = Counter(i for seq in sequences.values() for i in set(seq[:-2]))
     queries: dict[str, Query] = {}
+    run: dict[str, dict[str, float]] = {}
     qrels: dict[str, dict[str, int]] = {}
     splits: dict[str, list[str]] = {"train": [], "dev": [], "test": []}
     for user in sorted(sequences, key=lambda u: (len(u), u)):
@@ -157,7 +164,8 @@ def _leave_one_out(
             queries[qid] = Query(qid, text, {"user": user, "history": history, "candidates": candidates})
             qrels[qid] = {seq[cut]: 1}
             splits[split].append(qid)
-    return Benchmark(name, queries, dict(items), qrels, splits)
+            run[qid] = {c: float(popularity[c]) for c in candidates}
+    return Benchmark(name, queries, dict(items), qrels, splits, runs={"popularity": run})
 
 
 def _read_any_encoding(path: Path, min_cols: int, sep: str, header: bool) -> list[list[str]]:

@@ -849,3 +849,57 @@ class TwoStepTask(FGRPOTask):
 
 def _single_phase(text: Any, tag: str, pool: Pool) -> Phase | None:
     return find_phase(text if isinstance(text, str) else "", tag, 0, pool.separators)[0]
+
+
+@dataclass
+class PopularityTask(FGRPOTask):
+    """Most popular first, no model: the classic recommendation baseline on the very same pools, scored like
+    every other row. The slate is the n candidates with the most training interactions (the benchmark's
+    ``runs['popularity']``, built by ``rankrl.data.recsys``), the ranking its top k; ties keep the pool's
+    presented (seeded, shuffled) order. It shows what a context-free signal reaches where the LLM rows stay
+    at chance. Recommendation benchmarks only: QA pools have no popularity.
+    """
+
+    uses_model = False
+    roles = ()
+    trains = frozenset()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        name = self.benchmark if isinstance(self.benchmark, str) else self.benchmark.name
+        if name in QA_BENCHMARKS:
+            valid = ", ".join(d for d in DOMAINS if d not in QA_BENCHMARKS)
+            raise ValueError(f"popularity needs a recommendation benchmark, got {name!r}; valid: {valid}")
+
+    def train_examples(self) -> list[Example]:
+        raise NotImplementedError("the popularity baseline has no model to train (PopularityTask.trains)")
+
+    def sft_examples(self) -> list[SFTExample]:
+        raise NotImplementedError("the popularity baseline has no model to train (PopularityTask.trains)")
+
+    def score(self, examples: Sequence[Example], completions: Sequence[str]) -> Scores:
+        raise NotImplementedError("the popularity baseline has no reward (PopularityTask.trains)")
+
+    def evaluate(
+        self, generators: Mapping[str, Generator], split: str, limit: int | None = None
+    ) -> dict[str, Any]:
+        pools = self.eval_pools(split, limit)
+        counts = self.bench.runs["popularity"]
+        orders = [
+            sorted((c.key for c in p.candidates), key=lambda key, s=counts[p.uid]: -s[key]) for p in pools
+        ]
+        slates = [order[: self.slate_size] for order in orders]
+        rankings = [order[: self.rank_size] for order in orders]
+        table = ranking_table(pools, slates, rankings)
+        metrics = ranking_metrics(pools, slates, rankings, table)
+        metrics["format_error_rate"] = 0.0
+        return {
+            "metrics": metrics,
+            "per_query": table,
+            "run": _run(pools, rankings),
+            "cost": _cost([], len(pools)),
+            "samples": [],
+        }
+
+    def monitor(self, generators: Mapping[str, Generator]) -> dict[str, float]:
+        return {}

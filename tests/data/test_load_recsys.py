@@ -127,3 +127,18 @@ def test_too_few_items_for_negatives_is_an_error(tmp_path):
     )
     with pytest.raises(ValueError, match="negatives"):
         load_benchmark("lastfm", tmp_path)
+
+
+def test_popularity_run_counts_training_interactions_only(data_dir, movielens):
+    """runs['popularity']: per query, each candidate's number of users who rated it outside their own dev
+    and test items (the most-popular baseline may not see any held-out target)."""
+    by_user = _ratings(data_dir)
+    training = defaultdict(int)
+    for events in by_user.values():
+        for _, item in sorted(events)[:-2]:
+            training[str(item)] += 1
+    run = movielens.runs["popularity"]
+    assert set(run) == set(movielens.queries)
+    for qid in movielens.splits["test"][:100] + movielens.splits["dev"][:100]:
+        candidates = movielens.queries[qid].extra["candidates"]
+        assert run[qid] == {c: float(training[c]) for c in candidates}

@@ -17,6 +17,7 @@ from rankrl.tasks import fgrpo
 from rankrl.tasks.fgrpo import (
     FGRPOTask,
     Pool,
+    PopularityTask,
     TwoStepTask,
     factorized_answer,
     find_phase,
@@ -726,3 +727,32 @@ def test_reproduce_script_end_to_end_with_the_tiny_model(tmp_path, data_dir, mod
     assert (report / "fgrpo_training_curves.png").exists() and (report / "relative_gains.md").exists()
     again = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and again.stdout.count(": done") >= 10, again.stdout[-2000:]
+
+
+def test_popularity_baseline_ranks_by_training_counts_with_no_model():
+    bench = toy_benchmark()
+    # counts that make the gold item of every query the most popular candidate but one
+    run = {}
+    for qid, q in bench.queries.items():
+        gold = next(iter(bench.qrels[qid]))
+        others = [c for c in q.extra["candidates"] if c != gold]
+        run[qid] = {c: float(i) for i, c in enumerate(reversed(others))} | {gold: float(len(others) - 1.5)}
+    bench.runs["popularity"] = run
+    task = PopularityTask(benchmark=bench, item_ids=True)
+    assert task.uses_model is False and task.roles == () and not task.trains
+    out = task.evaluate({}, "test")
+    m = out["metrics"]
+    assert m["R@1"] == 0.0 and m["R@3"] == m["R@5"] == m["slate_recall"] == 1.0
+    assert m["nDCG@3"] == pytest.approx(1 / math.log2(3)) and m["format_error_rate"] == 0.0
+    assert out["cost"]["llm_calls"] == 0 and len(out["per_query"]) == len(bench.splits["test"])
+    # ties keep the pool's presented order
+    flat = {qid: dict.fromkeys(q.extra["candidates"], 1.0) for qid, q in bench.queries.items()}
+    bench.runs["popularity"] = flat
+    tied = PopularityTask(benchmark=bench, item_ids=True)
+    pool = tied.pools("test")[0]
+    ranked = tied.evaluate({}, "test", limit=1)["run"][pool.uid]
+    assert list(ranked) == [c.key for c in pool.candidates[:5]]
+    with pytest.raises(ValueError, match="recommendation benchmark"):
+        PopularityTask(benchmark="hotpotqa")
+    with pytest.raises(NotImplementedError):
+        task.train_examples()
