@@ -704,17 +704,8 @@ class FGRPOTask(TaskBase):
         pools = self.eval_pools(split, limit)
         judged, answers = self.generate_rankings(generators[self.role], pools)
         rankings = [final_ranking(j.rank, p, self.rank_size) for j, p in zip(judged, pools)]
-        slates = [j.slate for j in judged]
-        table = ranking_table(pools, slates, rankings)
-        metrics = ranking_metrics(pools, slates, rankings, table)
-        metrics["format_error_rate"] = sum(j.status != "ok" for j in judged) / max(len(judged), 1)
-        return {
-            "metrics": metrics,
-            "per_query": table,
-            "run": _run(pools, rankings),
-            "cost": _cost(answers, len(pools)),
-            "samples": [a.text for a in answers[:3]],
-        }
+        ok = [j.status == "ok" for j in judged]
+        return evaluation(pools, [j.slate for j in judged], rankings, ok, answers)
 
     def monitor(self, generators: Mapping[str, Generator]) -> dict[str, float]:
         """Slate recall, rank NDCG@k and format errors of greedy answers on the first dev queries."""
@@ -745,6 +736,27 @@ def training_metrics(judged: Sequence[Judged], pools: Sequence[Pool], k: int = 5
         "bad_rank_rate": count("bad_rank"),
         "outside_slate_rate": count("outside_slate"),
         "slate_items": sum(len(j.slate) for j in judged) / n,
+    }
+
+
+def evaluation(
+    pools: Sequence[Pool],
+    slates: Sequence[Sequence[str]],
+    rankings: Sequence[Sequence[str]],
+    format_ok: Sequence[bool],
+    answers: Sequence[Any],
+) -> dict[str, Any]:
+    """What an evaluation returns (metrics, per-query values, run, cost, samples) from each query's slate, its
+    final ranking and whether its answer was well formed; the same for every way of producing them."""
+    table = ranking_table(pools, slates, rankings)
+    metrics = ranking_metrics(pools, slates, rankings, table)
+    metrics["format_error_rate"] = sum(not ok for ok in format_ok) / max(len(format_ok), 1)
+    return {
+        "metrics": metrics,
+        "per_query": table,
+        "run": _run(pools, rankings),
+        "cost": _cost(answers, len(pools)),
+        "samples": [a.text for a in answers[:3]],
     }
 
 
@@ -832,16 +844,7 @@ class TwoStepTask(FGRPOTask):
         pools = self.eval_pools(split, limit)
         slates, ranks, ok, answers = self.two_step(generators, pools)
         rankings = [final_ranking(r, p, self.rank_size) for r, p in zip(ranks, pools)]
-        table = ranking_table(pools, slates, rankings)
-        metrics = ranking_metrics(pools, slates, rankings, table)
-        metrics["format_error_rate"] = 1 - sum(ok) / max(len(ok), 1)
-        return {
-            "metrics": metrics,
-            "per_query": table,
-            "run": _run(pools, rankings),
-            "cost": _cost(answers, len(pools)),
-            "samples": [a.text for a in answers[:3]],
-        }
+        return evaluation(pools, slates, rankings, ok, answers)
 
     def monitor(self, generators: Mapping[str, Generator]) -> dict[str, float]:
         return {}
@@ -890,16 +893,7 @@ class PopularityTask(FGRPOTask):
         ]
         slates = [order[: self.slate_size] for order in orders]
         rankings = [order[: self.rank_size] for order in orders]
-        table = ranking_table(pools, slates, rankings)
-        metrics = ranking_metrics(pools, slates, rankings, table)
-        metrics["format_error_rate"] = 0.0
-        return {
-            "metrics": metrics,
-            "per_query": table,
-            "run": _run(pools, rankings),
-            "cost": _cost([], len(pools)),
-            "samples": [],
-        }
+        return evaluation(pools, slates, rankings, [True] * len(pools), [])
 
     def monitor(self, generators: Mapping[str, Generator]) -> dict[str, float]:
         return {}
