@@ -92,9 +92,10 @@ test-full: setup ## every test, slow ones included
 dry-run: setup ## compose every experiment and print the resolved config of one (seconds)
 	$(PY) -m rankrl.train --cfg job experiment=rankr1/bm25 | head -40
 
-bench: setup ## each benchmark against its named alternative, with the ratio (~15 min)
+bench: setup ## each benchmark against its named alternative, with the ratio (~30 min)
 	$(PY) -m rankrl.benchmarks.rollouts          # vLLM's CPU engine vs transformers generate, Rank-R1 GRPO and eval shapes
 	$(PY) -m rankrl.benchmarks.grpo_step         # one GRPO step, ours vs TRL's GRPOTrainer on SmolLM2-135M
+	$(PY) -m rankrl.benchmarks.grpo_step --shape rankr1  # the Rank-R1 step: vLLM + prompt once per group vs TRL and vs G copies (~14 min)
 	$(PY) -m rankrl.benchmarks.rankr1_parser     # Rank-R1 answer parsing, linear scan vs the official regex
 	$(PY) -m rankrl.benchmarks.grape_rank        # rank of the gold from the memory-mapped index vs the bare matmul
 	$(PY) -m rankrl.benchmarks.cogr_item_reward  # CoGR item reward, incremental vs brute force (43k items x 480 queries)

@@ -127,6 +127,18 @@ def test_a_failing_worker_is_reported_with_its_side_and_stderr() -> None:
         worker.close(kill=True)
 
 
+def test_a_worker_killed_between_steps_is_reported_as_such_not_as_a_broken_pipe() -> None:
+    # what the kernel's OOM killer did to a rankr1-shape worker: the next "go" met a closed pipe
+    worker = bench.Worker("nope", bench.BenchConfig(model="tiny"))
+    worker.proc.kill()
+    worker.proc.wait()
+    try:
+        with pytest.raises(RuntimeError, match=r"nope bench worker exited with code -9 \(SIGKILL: most"):
+            worker.step()
+    finally:
+        worker.close(kill=True)
+
+
 def test_rollout_benchmark_alternates_both_engines_and_prints_its_ratio(
     model_dir, data_dir, tmp_path
 ) -> None:
