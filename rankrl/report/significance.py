@@ -158,6 +158,14 @@ def _side(spec: Any, benchmark: str) -> dict[str, str]:
     return {"experiment": experiment, "label": spec.get("label", experiment)}
 
 
+def _side_runs(cells: pd.DataFrame, experiment: str, model: str) -> pd.DataFrame:
+    """The runs of ``experiment`` with ``model``, by seed; where it has none, its runs with no model: a
+    baseline that loads no model (e.g. most popular) is compared with every model's runs."""
+    runs = cells[cells["experiment"] == experiment]
+    own = runs[runs["model"].fillna("-") == model]
+    return (own if not own.empty else runs[runs["model"].fillna("-") == "-"]).sort_values("seed")
+
+
 def comparison_rows(
     runs: pd.DataFrame, comparisons: Sequence[Mapping[str, Any]], metric: str
 ) -> pd.DataFrame:
@@ -169,8 +177,8 @@ def comparison_rows(
         cells = runs[(runs["benchmark"] == benchmark) & (runs["metric"] == wanted)]
         variants = cells[["model", "scale"]].fillna("-").drop_duplicates().itertuples(index=False)
         for model, scale in variants:
-            same = cells[(cells["model"].fillna("-") == model) & (cells["scale"].fillna("-") == scale)]
-            sides = [same[same["experiment"] == s["experiment"]].sort_values("seed") for s in (a, b)]
+            same_scale = cells[cells["scale"].fillna("-") == scale]
+            sides = [_side_runs(same_scale, s["experiment"], model) for s in (a, b)]
             if any(side.empty for side in sides):
                 continue
             matrices = [per_query_matrix(side["run_dir"].tolist(), wanted) for side in sides]

@@ -129,6 +129,43 @@ def test_comparisons_file_from_run_folders(tmp_path):
     assert "rerun the evaluations" in pd.read_csv(tmp_path / "comparisons.csv")["verdict"].iloc[0]
 
 
+def test_a_baseline_without_a_model_is_compared_with_every_models_runs(tmp_path):
+    from rankrl.report.significance import comparison_rows
+
+    rows = []
+    for experiment, model, shift in (
+        ("p/trained", "m1", 0.2),
+        ("p/trained", "m2", 0.0),
+        ("p/popular", None, 0.1),
+    ):
+        run_dir = tmp_path / experiment / (model or "-")
+        run_dir.mkdir(parents=True)
+        values = np.linspace(0, 0.5, 20) + shift
+        pd.DataFrame({"qid": [f"q{i}" for i in range(20)], "R@3": values}).to_csv(
+            run_dir / "per_query.csv", index=False
+        )
+        rows.append(
+            {
+                **dict.fromkeys(COLUMNS),
+                "experiment": experiment,
+                "benchmark": "b",
+                "model": model,
+                "scale": "cpu",
+                "seed": 0,
+                "metric": "R@3",
+                "value": values.mean(),
+                "created": "2026-01-01",
+                "run_dir": str(run_dir),
+            }
+        )
+    runs = latest_per_cell(pd.DataFrame(rows, columns=COLUMNS))
+    frame = comparison_rows(
+        runs, [{"name": "vs_pop", "a": "p/trained", "b": "p/popular", "benchmark": "b"}], "R@3"
+    )
+    assert sorted(frame["model"]) == ["m1", "m2"]  # one row per model, the model-free baseline in each
+    assert dict(zip(frame["model"], frame["diff"].round(6))) == {"m1": 0.1, "m2": -0.1}
+
+
 def test_a_side_may_name_its_experiment_per_benchmark():
     from rankrl.report.significance import _benchmarks, _side
 
