@@ -34,6 +34,7 @@ import json
 import os
 import platform
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -437,7 +438,11 @@ class Worker:
                 return json.loads(line[len(PROTOCOL) :])
         self.proc.wait()
         self.log.seek(0)
-        killed = " (SIGKILL: most likely out of memory; see dmesg)" if self.proc.returncode == -9 else ""
+        killed = (
+            " (SIGKILL: most likely out of memory; see dmesg)"
+            if self.proc.returncode == -signal.SIGKILL
+            else ""
+        )
         raise RuntimeError(
             f"the {self.side} bench worker exited with code {self.proc.returncode}{killed}:\n"
             f"{self.log.read()[-3000:]}"

@@ -59,31 +59,34 @@ def test_only_shared_queries_are_paired():
         paired_test(a, pd.DataFrame([[0.0]], columns=["w"]))
 
 
+def _written_run(run_dir, experiment: str, model: str | None, seed: int, metric: str, values) -> dict:
+    """A run folder's per_query.csv (queries q0, q1, ...) and its row as rankrl.report.collect has it."""
+    run_dir.mkdir(parents=True)
+    qids = [f"q{i}" for i in range(len(values))]
+    pd.DataFrame({"qid": qids, metric: values}).to_csv(run_dir / "per_query.csv", index=False)
+    return {
+        **dict.fromkeys(COLUMNS),
+        "experiment": experiment,
+        "benchmark": "dl19",
+        "model": model,
+        "scale": "cpu",
+        "seed": seed,
+        "metric": metric,
+        "value": float(np.mean(values)),
+        "created": "2026-01-01",
+        "run_dir": str(run_dir),
+    }
+
+
 def test_comparisons_file_from_run_folders(tmp_path):
     rng = np.random.default_rng(1)
-    qids = [f"q{i}" for i in range(30)]
     base = rng.uniform(0, 0.5, size=30)
     rows = []
     for experiment, shift, seeds in (("p/trained", 0.3, 3), ("p/base", 0.0, 1)):
         for seed in range(seeds):
-            run_dir = tmp_path / "runs" / experiment / f"seed{seed}"
-            run_dir.mkdir(parents=True)
             values = base + shift + rng.normal(0, 0.01, 30)
-            pd.DataFrame({"qid": qids, "nDCG@10": values}).to_csv(run_dir / "per_query.csv", index=False)
-            rows.append(
-                {
-                    **dict.fromkeys(COLUMNS),
-                    "experiment": experiment,
-                    "benchmark": "dl19",
-                    "model": "m",
-                    "scale": "cpu",
-                    "seed": seed,
-                    "metric": "nDCG@10",
-                    "value": float(values.mean()),
-                    "created": "2026-01-01",
-                    "run_dir": str(run_dir),
-                }
-            )
+            run_dir = tmp_path / "runs" / experiment / f"seed{seed}"
+            rows.append(_written_run(run_dir, experiment, "m", seed, "nDCG@10", values))
     runs = latest_per_cell(pd.DataFrame(rows, columns=COLUMNS))
     spec = {
         "metric": "nDCG@10",
@@ -132,35 +135,24 @@ def test_comparisons_file_from_run_folders(tmp_path):
 def test_a_baseline_without_a_model_is_compared_with_every_models_runs(tmp_path):
     from rankrl.report.significance import comparison_rows
 
-    rows = []
-    for experiment, model, shift in (
-        ("p/trained", "m1", 0.2),
-        ("p/trained", "m2", 0.0),
-        ("p/popular", None, 0.1),
-    ):
-        run_dir = tmp_path / experiment / (model or "-")
-        run_dir.mkdir(parents=True)
-        values = np.linspace(0, 0.5, 20) + shift
-        pd.DataFrame({"qid": [f"q{i}" for i in range(20)], "R@3": values}).to_csv(
-            run_dir / "per_query.csv", index=False
+    rows = [
+        _written_run(
+            tmp_path / experiment / (model or "-"),
+            experiment,
+            model,
+            0,
+            "R@3",
+            np.linspace(0, 0.5, 20) + shift,
         )
-        rows.append(
-            {
-                **dict.fromkeys(COLUMNS),
-                "experiment": experiment,
-                "benchmark": "b",
-                "model": model,
-                "scale": "cpu",
-                "seed": 0,
-                "metric": "R@3",
-                "value": values.mean(),
-                "created": "2026-01-01",
-                "run_dir": str(run_dir),
-            }
+        for experiment, model, shift in (
+            ("p/trained", "m1", 0.2),
+            ("p/trained", "m2", 0.0),
+            ("p/popular", None, 0.1),
         )
+    ]
     runs = latest_per_cell(pd.DataFrame(rows, columns=COLUMNS))
     frame = comparison_rows(
-        runs, [{"name": "vs_pop", "a": "p/trained", "b": "p/popular", "benchmark": "b"}], "R@3"
+        runs, [{"name": "vs_pop", "a": "p/trained", "b": "p/popular", "benchmark": "dl19"}], "R@3"
     )
     assert sorted(frame["model"]) == ["m1", "m2"]  # one row per model, the model-free baseline in each
     assert dict(zip(frame["model"], frame["diff"].round(6))) == {"m1": 0.1, "m2": -0.1}
