@@ -143,6 +143,14 @@ def batch_advantages(rewards: Tensor, group_size: int, eps: float = EPS) -> Tens
     return (_centred(grouped) / (_unbiased_std(grouped) + eps)).view(-1)
 
 
+def flat_group_share(rewards: Tensor, group_size: int) -> float:
+    """Share of the prompts whose G rewards are all equal: their advantages are 0, so they teach nothing
+    (TRL logs it as ``frac_reward_zero_std``). Near 1 while the mean reward is far from 0 and 1 means the
+    policy answers each prompt the same way every time: sampling has collapsed, not the reward."""
+    grouped = _grouped(rewards, group_size)  # (B, G)
+    return (grouped == grouped[:, :1]).all(dim=1).float().mean().item()
+
+
 def compute_advantages(name: str, rewards: Tensor, group_size: int, eps: float = EPS) -> Tensor:
     """Look up estimator ``name`` and apply it to rewards (N,) -> advantages (N,)."""
     return get_advantage_fn(name)(rewards, group_size, eps=eps)

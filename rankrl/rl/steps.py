@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import torch
 
 from rankrl import distributed as ddp
-from rankrl.rl.advantages import get_advantage_fn
+from rankrl.rl.advantages import flat_group_share, get_advantage_fn
 from rankrl.rl.batch import (
     PolicyBatch,
     completion_logits,
@@ -208,6 +208,7 @@ class GRPOStep:
         return {
             "reward/mean": scores.rewards.float().mean().item(),
             "reward/std": scores.rewards.float().std().item() if len(scores.rewards) > 1 else 0.0,
+            "reward/flat_group_share": flat_group_share(scores.rewards, self.cfg.group_size),
             **{f"reward/{k}": v.float().mean().item() for k, v in scores.components.items()},
             **{f"reward/span_{k}": s.rewards.float().mean().item() for k, s in spans.items()},
             "advantage/mean": token_adv.mean().item(),

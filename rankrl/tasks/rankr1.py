@@ -141,6 +141,18 @@ def rank_r1_reward(completion: str, gold_index: int, reasoning: bool = True) -> 
     return float(_answer_span(completion, reasoning, lower=False) == f"[{gold_index + 1}]")
 
 
+def modal_share(answers: Sequence[int]) -> float:
+    """Share of the answers that name the most common candidate position (0.0 for none). The candidates of
+    every training prompt are shuffled, so the gold position is uniform: a share near 1 means the policy
+    answers by position, not by content (the position collapse of LLM rerankers)."""
+    if not answers:
+        return 0.0
+    counts: dict[int, int] = {}
+    for a in answers:
+        counts[a] = counts.get(a, 0) + 1
+    return max(counts.values()) / len(answers)
+
+
 # ---- 3. Setwise heap sort ----------------------------------------------------------------------------------
 
 Comparison = tuple[str, list[Document]]  # (query, candidates): which candidate is the most relevant?
@@ -523,6 +535,7 @@ class RankR1Task(TaskBase):
             "reward": float(rewards.sum()) / n,
             "accuracy": accuracy,
             "format_error_rate": format_errors,
+            "modal_answer_share": modal_share([p for p in parsed if p is not None]),
         }
         return Scores(rewards, ok, {"correct": correct}, metrics)
 

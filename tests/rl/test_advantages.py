@@ -12,6 +12,7 @@ from rankrl.rl.advantages import (
     advantage_names,
     broadcast_to_tokens,
     compute_advantages,
+    flat_group_share,
     get_advantage_fn,
 )
 
@@ -58,6 +59,15 @@ def test_flat_groups_give_exact_zero(name: str, value: float) -> None:
     for group_size in (1, 3, 4, 12):
         adv = compute_advantages(name, rewards, group_size)
         assert torch.equal(adv, torch.zeros(12)), (name, group_size, adv)
+
+
+def test_flat_group_share_counts_the_groups_with_no_signal() -> None:
+    # three prompts of G=4: one all wrong, one mixed, one all right -> two of three teach nothing
+    rewards = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0])
+    assert flat_group_share(rewards, 4) == pytest.approx(2 / 3)
+    assert flat_group_share(rewards, 2) == pytest.approx(5 / 6)  # (0,0) (0,0) (0,1) (0,0) (1,1) (1,1)
+    flat = compute_advantages("grpo", rewards, 4).view(3, 4)
+    assert (flat.abs().sum(dim=1) == 0).float().mean().item() == pytest.approx(2 / 3)
 
 
 @pytest.mark.parametrize("name", ["grpo", "dr_grpo", "batch"])

@@ -24,6 +24,7 @@ from rankrl.tasks.rankr1 import (
     Verdict,
     format_ok,
     llm_judge,
+    modal_share,
     parse_answer,
     rank_r1_reward,
     rerank_setwise,
@@ -566,9 +567,21 @@ def test_task_train_examples_and_score(dl19, dl20):
     scores = task.score([ex[0], ex[1], ex[0], ex[1]], completions)
     assert scores.rewards.tolist() == [1.0, 0.0, 0.0, 0.0]
     assert scores.format_ok.tolist() == [True, True, False, False]
-    assert scores.metrics == {"reward": 0.25, "accuracy": 0.25, "format_error_rate": 0.5}
+    labels = [gold[0] + 1, (gold[1] + 1) % 5 + 1]  # the two parsed answers (1-based)
+    assert scores.metrics == {
+        "reward": 0.25,
+        "accuracy": 0.25,
+        "format_error_rate": 0.5,
+        "modal_answer_share": 1.0 if labels[0] == labels[1] else 0.5,
+    }
     with pytest.raises(ValueError, match="need one each"):
         task.score(ex, completions)
+
+
+def test_modal_share_tells_a_position_collapse_from_a_spread():
+    assert modal_share([2, 2, 2, 2]) == 1.0  # every answer names position 3
+    assert modal_share([0, 1, 2, 3, 4, 0]) == pytest.approx(2 / 6)
+    assert modal_share([]) == 0.0  # nothing parsed: no position preferred
 
 
 def test_task_rejects_training_on_the_eval_set():
