@@ -12,13 +12,15 @@ most, L prompt tokens: the smoke run's ``prompt_length/mean``; P the model's par
 architecture in ``rankrl.models.PAPER_CONFIGS``):
 
     update tokens   T = B L + B G C                 each prompt once per group (trainer.shared_prefix)
-    update FLOPs    k P T   k = 6 full fine-tuning, 4 LoRA (no weight gradients), + 2 P T for a KL reference
+    update FLOPs    k P T   k = 6 full fine-tuning, 4 LoRA (no weight gradients), + 2 for a KL reference (a
+                    forward of the frozen copy, or of the policy with its LoRA adapter off)
     generation      2 P B (L + G C) FLOPs of prefill and decode, and C decode steps that each read the
                     weights once: C x 2P bytes / HBM bandwidth (decoding is memory-bound)
     hours           S x [update FLOPs / (N peak MFU) + prefill FLOPs / (N peak MFU) + C 2P / BW] / 3600
     GPU-hours       hours x N
-    memory / GPU    policy 2P (bf16) + full fine-tuning: gradients 2P and AdamW's two moments 4P, divided by N
-                    under FSDP (trainer.strategy=fsdp) + vLLM's copy 2P + its KV cache
+    memory / GPU    policy 2P (bf16) + full fine-tuning: gradients 2P, AdamW's two moments 4P and, with a
+                    KL term, the reference 2P, divided by N under FSDP (trainer.strategy=fsdp) + vLLM's copy
+                    2P + its KV cache
                     (rollout.gpu_memory_utilization x GPU memory - 2P); activations are not included
 
 C is an upper bound (completions stop at their stop string), and L is counted with the smoke model's
@@ -82,11 +84,14 @@ def estimate(stage: Stage, gpus: int, gpu: str) -> dict[str, float]:
         )
     else:
         tokens = stage.prompts * length + stage.prompts * stage.group * stage.completion
-        k = (4 if stage.lora else 6) + (2 if stage.beta > 0 and not stage.lora else 0)
+        # the KL reference is one more forward per token: a frozen copy, or the policy with its adapter off
+        k = (4 if stage.lora else 6) + (2 if stage.beta > 0 else 0)
         gen_flops = 2 * p * stage.prompts * (length + stage.group * stage.completion)
         decode_s = stage.completion * 2 * p / bandwidth
     step_s = (k * p * tokens + gen_flops) / (gpus * peak * MFU) + decode_s
     train_bytes = 2 * p if stage.lora else (2 + 2 + 4) * p  # weights (+ gradients + AdamW's two moments)
+    if stage.beta > 0 and not stage.lora and not stage.sft:
+        train_bytes += 2 * p  # the frozen reference copy (LoRA's reference is the policy, adapter off)
     if stage.fsdp and not stage.lora:
         train_bytes /= gpus
     vllm_bytes = max(stage.vllm_share * memory, 2 * p) if not stage.sft else 0.0

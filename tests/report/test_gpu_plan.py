@@ -44,7 +44,19 @@ def test_lora_keeps_the_weights_whole_and_skips_weight_gradients():
 
 
 def test_a_kl_reference_costs_a_forward_per_update_token():
-    assert estimate(_stage(beta=0.04), 1, "a100-80gb")["hours"] > estimate(_stage(), 1, "a100-80gb")["hours"]
+    peak = GPUS["a100-80gb"][0]
+    tokens = 2 * 50 + 2 * 4 * 100
+    for lora in (False, True):  # LoRA's reference is the policy with its adapter off: a forward all the same
+        with_kl = estimate(_stage(beta=0.04, lora=lora), 1, "a100-80gb")["hours"]
+        without = estimate(_stage(lora=lora), 1, "a100-80gb")["hours"]
+        assert with_kl - without == pytest.approx(10 * 2e9 * tokens / (peak * MFU) / 3600)
+    # a full fine-tuning reference is a frozen copy: 2 bytes per parameter more, sharded like the rest
+    memory = GPUS["a100-80gb"][2]
+    assert estimate(_stage(beta=0.04), 2, "a100-80gb")["memory_gib"] == pytest.approx(
+        ((8e9 + 2e9) / 2 + 0.35 * memory) / 2**30
+    )
+    lora = estimate(_stage(beta=0.04, lora=True), 2, "a100-80gb")["memory_gib"]
+    assert lora == estimate(_stage(lora=True), 2, "a100-80gb")["memory_gib"]
 
 
 def test_multirun_values_count_as_runs_and_folders_are_not_overrides():
