@@ -23,6 +23,17 @@ architecture in ``rankrl.models.PAPER_CONFIGS``):
                     2P + its KV cache
                     (rollout.gpu_memory_utilization x GPU memory - 2P); activations are not included
 
+Evaluations (every ``rankrl.evaluate`` row, and the final evaluation of every training run or stage), from
+the smoke run of the same row, whose evaluation's ``cost`` says what it asked of the LLM for its first few
+queries (``eval_limit``) and how many the whole split has:
+
+    scale           s = queries_total / queries          (the smoke evaluates the first few queries)
+    prompts         n = s x llm_prompts                  (Setwise comparisons, rewrites, answers)
+    tokens          s x prompt_tokens + n x C             C: the evaluation's max new tokens, an upper bound
+    hours           2 P tokens / (peak MFU) + R x C x 2P / BW      R: the smoke's sequential generate calls
+                    (heap-sort rounds, chunks), not scaled: all queries advance together
+    GPU-hours       hours x the GPUs the run holds (1 for an evaluation row, N for a training run's own)
+
 C is an upper bound (completions stop at their stop string), and L is counted with the smoke model's
 tokenizer (SmolLM2's; Qwen's may differ by ~15%). These are estimates to size a job, not measurements:
 ``experiments/engine/gpu_check.sh`` measures a GPU's real tokens/s and step time.
@@ -102,11 +113,58 @@ def estimate(stage: Stage, gpus: int, gpu: str) -> dict[str, float]:
     }
 
 
+@dataclass(frozen=True)
+class Evaluation:
+    """One paper-scale evaluation: what its smoke run asked of the LLM, scaled to the whole split."""
+
+    row: str
+    model: str
+    params: int
+    gpus: int  # GPUs held while it runs: 1 for an evaluation row, all of a training run's for its own
+    runs: int
+    queries: int  # the whole split
+    prompts: float
+    prompt_tokens: float
+    completion: int  # C: the evaluation's max new tokens
+    rounds: int  # sequential generate calls
+    vllm_share: float
+
+
+def estimate_evaluation(ev: Evaluation, gpu: str) -> dict[str, float]:
+    """Memory (GiB: vLLM's share, at least the weights) and GPU-hours of one evaluation on ``gpu``."""
+    peak, bandwidth, memory = GPUS[gpu]
+    p = ev.params
+    seconds = 2 * p * (ev.prompt_tokens + ev.prompts * ev.completion) / (peak * MFU)
+    seconds += ev.rounds * ev.completion * 2 * p / bandwidth
+    return {
+        "memory_gib": max(ev.vllm_share * memory, 2 * p) / 2**30,
+        "hours": seconds / 3600,
+        "gpu_hours": seconds / 3600 * ev.gpus,
+    }
+
+
+def scaled_cost(cost: dict[str, Any]) -> dict[str, float] | None:
+    """A smoke evaluation's LLM cost scaled to its whole split (the module's formula); None where the run
+    recorded no split size (an evaluation without an LLM, or a task that does not report one)."""
+    if not cost or not cost.get("queries") or "queries_total" not in cost or "llm_prompts" not in cost:
+        return None
+    scale = cost["queries_total"] / cost["queries"]
+    return {
+        "queries": float(cost["queries_total"]),
+        "prompts": scale * cost["llm_prompts"],
+        "prompt_tokens": scale * cost.get("prompt_tokens", 0),
+        "rounds": float(cost.get("generate_calls") or 1),
+    }
+
+
 # ---------------------------------------------------------------------------------------------------- stages
 
 
-def paper_commands(paper: str) -> list[list[str]]:
-    """The training and pipeline commands of ``experiments/<paper>/reproduce.sh`` at PROFILE=paper."""
+def paper_commands(
+    paper: str, entries: tuple[str, ...] = ("rankrl.train", "rankrl.pipeline")
+) -> list[list[str]]:
+    """The commands of ``experiments/<paper>/reproduce.sh`` at PROFILE=paper that start one of ``entries``
+    (by default the training and pipeline rows)."""
     env = {**os.environ, "DRY_RUN": "1", "PROFILE": "paper"}
     out = subprocess.run(
         ["bash", f"experiments/{paper}/reproduce.sh"],
@@ -117,7 +175,7 @@ def paper_commands(paper: str) -> list[list[str]]:
         text=True,
     ).stdout
     commands = [shlex.split(line) for line in out.splitlines() if line.strip()]
-    return [c for c in commands if any(a in ("rankrl.train", "rankrl.pipeline") for a in c)]
+    return [c for c in commands if any(a in entries for a in c)]
 
 
 def _overrides(command: list[str]) -> tuple[list[str], int]:
@@ -260,10 +318,111 @@ def rows(paper: str, smoke_runs: Path) -> list[Row]:
     return found
 
 
+def _smoke_cost(smoke_runs: Path, experiment: str, where: str) -> dict[str, Any] | None:
+    """The evaluation cost in the smoke run's ``metrics.json`` at ``<experiment>/smoke-*/<where>``."""
+    for metrics in sorted((smoke_runs / experiment).glob(f"smoke-*/{where}/metrics.json")):
+        return json.loads(metrics.read_text()).get("cost") or {}
+    return None
+
+
+def evaluations(paper: str, smoke_runs: Path, gpus: int) -> list[Evaluation | tuple[str, str, str]]:
+    """Every LLM evaluation of the paper's PROFILE=paper rows, estimated from its smoke run: an
+    ``Evaluation``, or (row, model, why not) where it cannot be. A sweep's points (BRIGHT's tasks) keep the
+    sweep's row name with the point in parentheses."""
+    from hydra.utils import get_class
+    from omegaconf import OmegaConf
+
+    from rankrl.models import paper_parameters
+    from rankrl.pipeline import compose, expand
+
+    entries = ("rankrl.train", "rankrl.pipeline", "rankrl.evaluate")
+    found: list[Evaluation | tuple[str, str, str]] = []
+    for command in paper_commands(paper, entries):
+        overrides, runs = _overrides(command)
+        cfg = compose(overrides)
+        point = _sweep_point(command)
+        folder = f"sweep/benchmark={point}" if point else "seed0"
+        if "rankrl.pipeline" in command:
+            spec = expand(OmegaConf.to_container(cfg.pipeline, resolve=True))
+            stages = [(s.name, s.overrides, s.entry == "train") for s in spec]
+        else:
+            stages = [(None, [], "rankrl.train" in command)]
+        for stage, extra, trains in stages:
+            stage_cfg = compose([*extra, *overrides]) if extra else cfg
+            row = cfg.experiment_name + (f"/{stage}" if stage else "") + (f" ({point})" if point else "")
+            cost = _smoke_cost(smoke_runs, cfg.experiment_name, f"{folder}/{stage}" if stage else folder)
+            scaled = scaled_cost(cost) if cost is not None else None
+            if not getattr(get_class(stage_cfg.task._target_), "uses_model", True):
+                continue  # no LLM (BM25, raw query, most popular): nothing for a GPU to do
+            try:
+                params = paper_parameters(cfg.model.name)
+            except ValueError:
+                found.append((row, cfg.model.name, "its architecture is not in rankrl.models.PAPER_CONFIGS"))
+                continue
+            if scaled is None:
+                why = "no smoke run measured it" if cost is None else "its evaluation records no split size"
+                found.append((row, cfg.model.name, why))
+                continue
+            found.append(
+                Evaluation(
+                    row=row,
+                    model=cfg.model.name,
+                    params=params,
+                    gpus=gpus if trains else 1,
+                    runs=runs,
+                    queries=int(scaled["queries"]),
+                    prompts=scaled["prompts"],
+                    prompt_tokens=scaled["prompt_tokens"],
+                    completion=int(stage_cfg.evaluation.sampling.max_new_tokens),
+                    rounds=int(scaled["rounds"]),
+                    vllm_share=float(stage_cfg.rollout.get("gpu_memory_utilization", 0.35)),
+                )
+            )
+    return found
+
+
+def evaluation_table(paper: str, smoke_runs: Path, gpus: int, gpu: str) -> list[str]:
+    lines = [
+        "",
+        "Evaluations: every evaluation row, and each training run's own final evaluation (it holds the "
+        f"run's {gpus} GPUs), on {gpu}; the LLM's work is the smoke run's (`make smoke-{paper}`, its first "
+        "few queries) scaled to the whole split, every completion taken at its maximum C (formula in the "
+        "module's docstring). BM25 and other rows without an LLM cost no GPU time and are not listed.",
+        "",
+        "| evaluation | model | params | runs | GPUs held | queries | LLM prompts | prompt tokens (M) | "
+        "C (max) | memory/GPU (GiB) | GPU-hours (all runs) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    groups: dict[tuple[str, str], list[Evaluation | tuple[str, str, str]]] = {}
+    for ev in evaluations(paper, smoke_runs, gpus):  # a sweep's points (BRIGHT's 12 tasks) make one row
+        row, model = (ev[0], ev[1]) if isinstance(ev, tuple) else (ev.row, ev.model)
+        groups.setdefault((row.split(" (")[0], model), []).append(ev)
+    for (row, model), evs in groups.items():
+        done = [e for e in evs if isinstance(e, Evaluation)]
+        missing = [e for e in evs if isinstance(e, tuple)]
+        label = f"{row} ({len(evs)} benchmarks)" if len(evs) > 1 else evs[0][0] if missing else done[0].row
+        gap = f"not estimated: {missing[0][2]}" if missing else ""
+        if not done:
+            lines.append(f"| {label} | {model} | | | | | | | | | {gap} |")
+            continue
+        if missing:
+            gap = f" ({len(missing)} of {len(evs)} {gap})"
+        est = [estimate_evaluation(e, gpu) for e in done]
+        first = done[0]
+        lines.append(
+            f"| {label} | {model} | {first.params / 1e9:.2f}B | {first.runs} | {first.gpus} | "
+            f"{sum(e.queries for e in done)} | {round(sum(e.prompts for e in done)):,} | "
+            f"{sum(e.prompt_tokens for e in done) / 1e6:.2f} | {first.completion} | "
+            f"{math.ceil(max(x['memory_gib'] for x in est))} | "
+            f"{sum(x['gpu_hours'] for x in est) * first.runs:.2f}{gap} |"
+        )
+    return lines
+
+
 def table(paper: str, smoke_runs: Path, gpus: int, gpu: str) -> str:
     lines = [
         f"GPU plan for {paper}: every training row of `make reproduce-{paper} PROFILE=paper` "
-        f"on {gpus} x {gpu}, "
+        f"(evaluations below) on {gpus} x {gpu}, "
         f"MFU {MFU} assumed. Estimates by `python -m rankrl.report.gpu_plan {paper}` (the formula is in its "
         f"docstring), with the prompt lengths L that the smoke runs measured (`make smoke-{paper}`); SFT "
         "stages sized in epochs are not counted (their steps depend on the data size).",
@@ -315,6 +474,7 @@ def table(paper: str, smoke_runs: Path, gpus: int, gpu: str) -> str:
             + ", or another benchmark of the same sweep): the smoke did not run this one."
             + (f" {spec['note']}" if spec["note"] else "")
         )
+    lines += evaluation_table(paper, smoke_runs, gpus, gpu)
     return "\n".join(lines) + "\n"
 
 

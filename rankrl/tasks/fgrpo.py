@@ -648,6 +648,10 @@ class FGRPOTask(TaskBase):
         cap = [x for x in (self.eval_queries, limit) if x is not None]
         return self.pools(split, min(cap) if cap else None)
 
+    def split_size(self, split: str) -> int:
+        """The queries an evaluation of ``split`` takes without a ``limit`` (``eval_queries`` caps it)."""
+        return len(self.eval_pools(split))
+
     # -- training
     def train_examples(self) -> list[Example]:
         n, k = self.slate_size, self.rank_size
@@ -705,7 +709,7 @@ class FGRPOTask(TaskBase):
         judged, answers = self.generate_rankings(generators[self.role], pools)
         rankings = [final_ranking(j.rank, p, self.rank_size) for j, p in zip(judged, pools)]
         ok = [j.status == "ok" for j in judged]
-        return evaluation(pools, [j.slate for j in judged], rankings, ok, answers)
+        return evaluation(pools, [j.slate for j in judged], rankings, ok, answers, self.split_size(split))
 
     def monitor(self, generators: Mapping[str, Generator]) -> dict[str, float]:
         """Slate recall, rank NDCG@k and format errors of greedy answers on the first dev queries."""
@@ -745,6 +749,7 @@ def evaluation(
     rankings: Sequence[Sequence[str]],
     format_ok: Sequence[bool],
     answers: Sequence[Any],
+    queries_total: int | None = None,
 ) -> dict[str, Any]:
     """What an evaluation returns (metrics, per-query values, run, cost, samples) from each query's slate, its
     final ranking and whether its answer was well formed; the same for every way of producing them."""
@@ -755,7 +760,7 @@ def evaluation(
         "metrics": metrics,
         "per_query": table,
         "run": _run(pools, rankings),
-        "cost": _cost(answers, len(pools)),
+        "cost": _cost(answers, len(pools), len(pools) if queries_total is None else queries_total),
         "samples": [a.text for a in answers[:3]],
     }
 
@@ -764,10 +769,14 @@ def _run(pools: Sequence[Pool], rankings: Sequence[Sequence[str]]) -> dict[str, 
     return {p.uid: {d: float(len(r) - j) for j, d in enumerate(r)} for p, r in zip(pools, rankings)}
 
 
-def _cost(answers: Sequence[Any], queries: int) -> dict[str, float]:
+def _cost(answers: Sequence[Any], queries: int, queries_total: int) -> dict[str, float]:
+    """The LLM cost of an evaluation of ``queries`` of the split's ``queries_total`` (rankrl.report.gpu_plan
+    scales a smoke run's cost to the whole split by it)."""
     return {
         "queries": queries,
+        "queries_total": queries_total,
         "llm_calls": len(answers),
+        "llm_prompts": len(answers),
         "prompt_tokens": sum(a.prompt_tokens for a in answers),
         "completion_tokens": sum(a.completion_tokens for a in answers),
     }
@@ -844,7 +853,7 @@ class TwoStepTask(FGRPOTask):
         pools = self.eval_pools(split, limit)
         slates, ranks, ok, answers = self.two_step(generators, pools)
         rankings = [final_ranking(r, p, self.rank_size) for r, p in zip(ranks, pools)]
-        return evaluation(pools, slates, rankings, ok, answers)
+        return evaluation(pools, slates, rankings, ok, answers, self.split_size(split))
 
     def monitor(self, generators: Mapping[str, Generator]) -> dict[str, float]:
         return {}
@@ -893,7 +902,7 @@ class PopularityTask(FGRPOTask):
         ]
         slates = [order[: self.slate_size] for order in orders]
         rankings = [order[: self.rank_size] for order in orders]
-        return evaluation(pools, slates, rankings, [True] * len(pools), [])
+        return evaluation(pools, slates, rankings, [True] * len(pools), [], self.split_size(split))
 
     def monitor(self, generators: Mapping[str, Generator]) -> dict[str, float]:
         return {}

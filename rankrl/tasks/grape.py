@@ -671,6 +671,7 @@ class GrapeTask(TaskBase):
         Returns ``{"metrics": {R@1, R@<k>, gold_rank, ..., format_error_rate}, "cost", "rewrites"}``.
         """
         g = self.gallery(self.eval_name, split)
+        total = len(g.queries)  # the whole split, for rankrl.report.gpu_plan's scaling of a smoke run
         g = g.subset(range(min(limit, len(g.queries)))) if limit else g
         texts, ok, cost = self.rewrite(generators[self.role], g.queries)
         table = self.measure_per_query(g, texts)
@@ -680,7 +681,14 @@ class GrapeTask(TaskBase):
             "queries": float(len(g.queries)),
         }
         words = top_words([t for t, good in zip(texts, ok) if good])
-        cost |= {"queries": len(g.queries), "dropped_queries": g.dropped, "top_words": words}
+        cost |= {
+            "queries": len(g.queries),
+            "queries_total": total,
+            "llm_prompts": len(g.queries),
+            "generate_calls": cost["calls"],
+            "dropped_queries": g.dropped,
+            "top_words": words,
+        }
         rewrites = dict(zip((q.qid for q in g.queries), texts))
         return {"metrics": metrics, "cost": cost, "rewrites": rewrites, "per_query": table}
 

@@ -571,6 +571,12 @@ class RankR1Task(TaskBase):
         out = self._rerank(bench, bench.split(split)[:limit], generators[self.role])
         cost = out["cost"]
         out["metrics"]["format_error_rate"] = cost["parse_failures"] / max(cost["comparisons"], 1)
+        # what the whole split would cost (rankrl.report.gpu_plan scales a smoke run's cost by it)
+        cost.update(
+            queries_total=len(bench.split(split)),
+            llm_prompts=cost["comparisons"],
+            generate_calls=cost["judge_calls"],
+        )
         return out
 
     def _rerank(self, bench: Benchmark, queries: Sequence[Any], generate: Generator) -> dict[str, Any]:

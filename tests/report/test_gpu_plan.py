@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from rankrl.report.gpu_plan import GPUS, MFU, Stage, _overrides, _sweep_point, estimate
+from rankrl.report.gpu_plan import (
+    GPUS,
+    MFU,
+    Evaluation,
+    Stage,
+    _overrides,
+    _sweep_point,
+    estimate,
+    estimate_evaluation,
+    scaled_cost,
+)
 
 
 def _stage(**kw) -> Stage:
@@ -111,3 +121,27 @@ def test_a_stand_in_smoke_run_measures_l_and_marks_the_row(tmp_path):
     assert _smoke_prompt_len(tmp_path, "cogr/cogr_wands", "query_r3", None, stand_ins) == (300.0, True)
     assert _smoke_prompt_len(tmp_path, "cogr/cogr_dlpools", "query_r1", None, stand_ins) == (300.0, False)
     assert _smoke_prompt_len(tmp_path, "cogr/cogr_wands", "query_r1", None, {}) == (None, False)
+
+
+def test_an_evaluation_is_its_smoke_cost_scaled_to_the_whole_split_by_hand():
+    # the smoke ranked 2 of 43 queries with 30 comparisons of 54,852 prompt tokens in 11 heap rounds
+    cost = dict(queries=2, queries_total=43, llm_prompts=30, prompt_tokens=54852, generate_calls=11)
+    scaled = scaled_cost(cost)
+    assert scaled == pytest.approx(
+        {"queries": 43, "prompts": 30 * 21.5, "prompt_tokens": 54852 * 21.5, "rounds": 11}
+    )
+    ev = Evaluation("r", "m", 10**9, gpus=1, runs=1, completion=100, vllm_share=0.35, **scaled)
+    peak, bandwidth, memory = GPUS["h100-80gb"]
+    seconds = 2e9 * (54852 * 21.5 + 30 * 21.5 * 100) / (peak * MFU) + 11 * 100 * 2e9 / bandwidth
+    est = estimate_evaluation(ev, "h100-80gb")
+    assert est["hours"] == pytest.approx(seconds / 3600) == est["gpu_hours"]
+    assert est["memory_gib"] == pytest.approx(0.35 * memory / 2**30)
+    # a training run's own evaluation holds all of its GPUs
+    held = estimate_evaluation(Evaluation("r", "m", 10**9, 8, 1, 43, 645, 1.2e6, 100, 11, 0.35), "h100-80gb")
+    assert held["gpu_hours"] == pytest.approx(8 * held["hours"])
+
+
+def test_a_cost_without_a_split_size_is_not_scaled():
+    assert scaled_cost({"queries": 2, "llm_prompts": 30}) is None  # recorded before queries_total existed
+    assert scaled_cost({}) is None
+    assert scaled_cost({"queries": 0, "queries_total": 5, "llm_prompts": 0}) is None

@@ -595,6 +595,8 @@ def test_evaluate_with_an_oracle_and_with_a_slate_that_misses_gold():
     bad_out = task.evaluate({"policy": oracle(prompts, right=False)}, "test", limit=3)
     bad = bad_out["metrics"]
     assert bad["R@5"] == 0.0 and bad["miss_slate@5"] == 1.0 and bad["miss_rank@1"] == 0.0
+    cost = bad_out["cost"]  # 3 of the split's queries, one LLM prompt each
+    assert (cost["queries"], cost["queries_total"], cost["llm_prompts"]) == (3, len(pools), 3)
     # the per-query values behind the means (per_query.csv), named as the metrics are
     per_query = bad_out["per_query"]
     assert len(per_query) == 3 and {"R@5", "Hit@1", "nDCG@5", "slate_recall"} <= set(per_query.columns)

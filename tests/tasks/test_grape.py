@@ -247,6 +247,8 @@ def test_monitor_and_evaluation_report_numbers_and_words(minilm) -> None:
     assert "atmosphere:3" in probe["top_words"] and "mood:3" in probe["top_words"]
     assert probe["format_error_rate"] == 0.0 and probe["R@10"] == 1.0  # 8 passages: all are in the top 10
     broken = task.evaluate({"policy": scripted(lambda q: "no tags")}, "test")
+    cut = task.evaluate({"policy": scripted(lambda q: "no tags")}, "test", limit=2)["cost"]
+    assert (cut["queries"], cut["queries_total"], cut["llm_prompts"]) == (2, 3, 2)
     raw = RawQueryTask(text_benchmark(), retriever=minilm, query_kind="passage").evaluate({}, "test")
     assert broken["metrics"]["format_error_rate"] == 1.0
     # an unparsed rewrite falls back to the raw query: the same retrieval as the raw-query baseline

@@ -533,6 +533,10 @@ def test_evaluate_truncates_and_limits(dl19, dl20, metrics_module, tokenizer):
 
     out = task.evaluate({"policy": generate}, "test", limit=2)
     assert set(out["run"]) == set(dl19.splits["test"][:2]) and out["cost"]["queries"] == 2
+    # what the whole split would cost is derivable (the GPU plan scales a smoke run's cost by it)
+    cost = out["cost"]
+    assert cost["queries_total"] == len(dl19.splits["test"]) > 2
+    assert cost["llm_prompts"] == cost["comparisons"] == len(seen) and cost["generate_calls"] >= 1
     for p in seen:
         query = re.match(r'Given the query: "(.*)", which', p[1]["content"]).group(1)
         assert len(tokenizer.tokenize(query)) <= 4
