@@ -313,6 +313,16 @@ def paper_parameters(name: str) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def kv_bytes_per_token(name: str, dtype_bytes: int = 2) -> int:
+    """KV-cache bytes one token of paper model ``name`` takes in vLLM: keys and values of every layer's
+    key-value heads (grouped-query attention), bf16 by default."""
+    if name not in PAPER_CONFIGS:
+        raise ValueError(f"no architecture recorded for {name!r}; known: {', '.join(sorted(PAPER_CONFIGS))}")
+    c = PAPER_CONFIGS[name]
+    head_dim = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+    return 2 * c["num_hidden_layers"] * c["num_key_value_heads"] * head_dim * dtype_bytes
+
+
 def build_tiny_paper(name: str, tokenizer: Any, seed: int = SMOKE_SEED) -> torch.nn.Module:
     """A random model of paper model ``name``'s class and fields at ``TINY_PAPER_SHAPE``, its vocabulary
     and special tokens ``tokenizer``'s. Deterministic in ``seed``; the global RNG is left untouched."""

@@ -23,6 +23,11 @@ architecture in ``rankrl.models.PAPER_CONFIGS``):
                     2P + its KV cache
                     (rollout.gpu_memory_utilization x GPU memory - 2P); activations are not included
 
+vLLM's KV cache: its share of the GPU less its own bf16 copy of the weights, in tokens of the model's
+``rankrl.models.kv_bytes_per_token`` (layers x key-value heads x head size x 2 x 2 bytes). A GRPO step keeps a
+group in flight, L + G C tokens (the prompt once, its blocks shared); where the cache holds less, the table
+names the ``rollout.gpu_memory_utilization`` that would hold it: (2P + (L + G C) x KV per token) / memory.
+
 Evaluations (every ``rankrl.evaluate`` row, and the final evaluation of every training run or stage), from
 the smoke run of the same row, whose evaluation's ``cost`` says what it asked of the LLM for its first few
 queries (``eval_limit``) and how many the whole split has:
@@ -79,6 +84,7 @@ class Stage:
     fsdp: bool
     vllm_share: float
     sft: bool = False
+    kv_per_token: int = 0  # vLLM's KV-cache bytes per token (rankrl.models.kv_bytes_per_token)
 
 
 def estimate(stage: Stage, gpus: int, gpu: str) -> dict[str, float]:
@@ -110,7 +116,41 @@ def estimate(stage: Stage, gpus: int, gpu: str) -> dict[str, float]:
         "memory_gib": (train_bytes + vllm_bytes) / 2**30,
         "hours": stage.steps * step_s / 3600,
         "gpu_hours": stage.steps * step_s / 3600 * gpus,
+        **(
+            {}
+            if stage.sft
+            else kv_cache(stage.vllm_share, memory, p, stage.kv_per_token, group_tokens(stage))
+        ),
     }
+
+
+def group_tokens(stage: Stage) -> float:
+    """Tokens of one GRPO group in vLLM's cache: its prompt once (shared blocks), G completions of C."""
+    return (stage.prompt_len or 0.0) + stage.group * stage.completion
+
+
+def kv_cache(share: float, memory: float, params: int, per_token: int, needed: float) -> dict[str, float]:
+    """vLLM's KV cache in tokens (its share less its bf16 weights), and the share that would hold
+    ``needed`` tokens; nothing where the KV size per token is unknown."""
+    if per_token <= 0:
+        return {}
+    return {
+        "kv_tokens": max(share * memory - 2 * params, 0) / per_token,
+        "share_needed": (2 * params + needed * per_token) / memory,
+    }
+
+
+def kv_cell(est: dict[str, float], needed: float) -> str:
+    """The KV-cache column: tokens, and the share that would hold ``needed`` tokens where it is short."""
+    if "kv_tokens" not in est:
+        return ""
+    tokens = est["kv_tokens"]
+    cell = f"{tokens / 1e3:,.0f}k" if tokens >= 1e3 else f"{tokens:.0f}"
+    if tokens < needed:
+        share = math.ceil(est["share_needed"] * 100) / 100
+        cell += f" (< {needed / 1e3:,.1f}k: gpu_memory_utilization {share}"
+        cell += " would hold it)" if est["share_needed"] <= 1 else ", more than the GPU)"
+    return cell
 
 
 @dataclass(frozen=True)
@@ -128,6 +168,12 @@ class Evaluation:
     completion: int  # C: the evaluation's max new tokens
     rounds: int  # sequential generate calls
     vllm_share: float
+    kv_per_token: int = 0
+
+    @property
+    def longest(self) -> float:
+        """Tokens of one evaluation prompt and its completion (the mean prompt; C an upper bound)."""
+        return self.prompt_tokens / max(self.prompts, 1) + self.completion
 
 
 def estimate_evaluation(ev: Evaluation, gpu: str) -> dict[str, float]:
@@ -140,6 +186,7 @@ def estimate_evaluation(ev: Evaluation, gpu: str) -> dict[str, float]:
         "memory_gib": max(ev.vllm_share * memory, 2 * p) / 2**30,
         "hours": seconds / 3600,
         "gpu_hours": seconds / 3600 * ev.gpus,
+        **kv_cache(ev.vllm_share, memory, p, ev.kv_per_token, ev.longest),
     }
 
 
@@ -265,7 +312,7 @@ class Row:
 def rows(paper: str, smoke_runs: Path) -> list[Row]:
     from omegaconf import OmegaConf
 
-    from rankrl.models import paper_parameters
+    from rankrl.models import kv_bytes_per_token, paper_parameters
     from rankrl.pipeline import compose, expand
 
     stand_ins = smoke_stand_ins(paper)["stand_ins"]
@@ -313,6 +360,7 @@ def rows(paper: str, smoke_runs: Path) -> list[Row]:
                     fsdp=trainer.strategy == "fsdp",
                     vllm_share=float(cfg.rollout.get("gpu_memory_utilization", 0.35)),
                     sft=sft,
+                    kv_per_token=kv_bytes_per_token(cfg.model.name),
                 )
             )
     return found
@@ -332,7 +380,7 @@ def evaluations(paper: str, smoke_runs: Path, gpus: int) -> list[Evaluation | tu
     from hydra.utils import get_class
     from omegaconf import OmegaConf
 
-    from rankrl.models import paper_parameters
+    from rankrl.models import kv_bytes_per_token, paper_parameters
     from rankrl.pipeline import compose, expand
 
     entries = ("rankrl.train", "rankrl.pipeline", "rankrl.evaluate")
@@ -376,6 +424,7 @@ def evaluations(paper: str, smoke_runs: Path, gpus: int) -> list[Evaluation | tu
                     completion=int(stage_cfg.evaluation.sampling.max_new_tokens),
                     rounds=int(scaled["rounds"]),
                     vllm_share=float(stage_cfg.rollout.get("gpu_memory_utilization", 0.35)),
+                    kv_per_token=kv_bytes_per_token(cfg.model.name),
                 )
             )
     return found
@@ -390,8 +439,8 @@ def evaluation_table(paper: str, smoke_runs: Path, gpus: int, gpu: str) -> list[
         "module's docstring). BM25 and other rows without an LLM cost no GPU time and are not listed.",
         "",
         "| evaluation | model | params | runs | GPUs held | queries | LLM prompts | prompt tokens (M) | "
-        "C (max) | memory/GPU (GiB) | GPU-hours (all runs) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "C (max) | memory/GPU (GiB) | vLLM KV cache (tokens) | GPU-hours (all runs) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     groups: dict[tuple[str, str], list[Evaluation | tuple[str, str, str]]] = {}
     for ev in evaluations(paper, smoke_runs, gpus):  # a sweep's points (BRIGHT's 12 tasks) make one row
@@ -403,7 +452,7 @@ def evaluation_table(paper: str, smoke_runs: Path, gpus: int, gpu: str) -> list[
         label = f"{row} ({len(evs)} benchmarks)" if len(evs) > 1 else evs[0][0] if missing else done[0].row
         gap = f"not estimated: {missing[0][2]}" if missing else ""
         if not done:
-            lines.append(f"| {label} | {model} | | | | | | | | | {gap} |")
+            lines.append(f"| {label} | {model} | | | | | | | | | | {gap} |")
             continue
         if missing:
             gap = f" ({len(missing)} of {len(evs)} {gap})"
@@ -414,6 +463,7 @@ def evaluation_table(paper: str, smoke_runs: Path, gpus: int, gpu: str) -> list[
             f"{sum(e.queries for e in done)} | {round(sum(e.prompts for e in done)):,} | "
             f"{sum(e.prompt_tokens for e in done) / 1e6:.2f} | {first.completion} | "
             f"{math.ceil(max(x['memory_gib'] for x in est))} | "
+            f"{kv_cell(est[0], max(e.longest for e in done))} | "
             f"{sum(x['gpu_hours'] for x in est) * first.runs:.2f}{gap} |"
         )
     return lines
@@ -428,14 +478,14 @@ def table(paper: str, smoke_runs: Path, gpus: int, gpu: str) -> str:
         "stages sized in epochs are not counted (their steps depend on the data size).",
         "",
         "| row | model | params | LoRA | runs | GRPO stages x steps | B x G | L (smoke) | C (max) | "
-        "memory/GPU (GiB, no activations) | GPU-hours (all runs) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "memory/GPU (GiB, no activations) | vLLM KV cache (tokens) | GPU-hours (all runs) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     found = rows(paper, smoke_runs)
     for row in found:
         if not row.stages:
             lines.append(
-                f"| {row.experiment} | {row.model} | ? | | {row.runs} | | | | | | not estimated: its "
+                f"| {row.experiment} | {row.model} | ? | | {row.runs} | | | | | | | not estimated: its "
                 "architecture is not in rankrl.models.PAPER_CONFIGS |"
             )
             continue
@@ -446,11 +496,12 @@ def table(paper: str, smoke_runs: Path, gpus: int, gpu: str) -> str:
             lines.append(
                 f"| {row.experiment} | {row.model} | {first.params / 1e9:.2f}B | "
                 f"{'yes' if first.lora else 'no'} "
-                f"| {row.runs} | {len(grpo)} | | | | | not estimated: {why} |"
+                f"| {row.runs} | {len(grpo)} | | | | | | not estimated: {why} |"
             )
             continue
         known = [s for s in row.stages if s.steps > 0 and s.prompt_len is not None]
         est = [estimate(s, gpus, gpu) for s in known]
+        largest = max((s for s in grpo if s.prompt_len is not None), key=group_tokens)
 
         def distinct(values: list) -> str:  # e.g. CoGR's query and item stages: "9/840"
             return "/".join(dict.fromkeys(map(str, values)))
@@ -464,6 +515,7 @@ def table(paper: str, smoke_runs: Path, gpus: int, gpu: str) -> str:
             f"{' *' if row.stand_in else ''} | "
             f"{distinct([s.completion for s in grpo])} | "
             f"{math.ceil(max(e['memory_gib'] for e in est))} | "
+            f"{kv_cell(estimate(largest, gpus, gpu), group_tokens(largest))} | "
             f"{sum(e['gpu_hours'] for e in est) * row.runs:.1f} |"
         )
     if any(r.stand_in for r in found):

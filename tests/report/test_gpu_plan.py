@@ -13,6 +13,7 @@ from rankrl.report.gpu_plan import (
     _sweep_point,
     estimate,
     estimate_evaluation,
+    kv_cell,
     scaled_cost,
 )
 
@@ -145,3 +146,22 @@ def test_a_cost_without_a_split_size_is_not_scaled():
     assert scaled_cost({"queries": 2, "llm_prompts": 30}) is None  # recorded before queries_total existed
     assert scaled_cost({}) is None
     assert scaled_cost({"queries": 0, "queries_total": 5, "llm_prompts": 0}) is None
+
+
+def test_kv_cache_is_the_share_less_the_weights_and_names_the_share_that_would_hold_a_group():
+    from rankrl.models import kv_bytes_per_token
+
+    # Qwen2.5-7B: 28 layers x 4 key-value heads x head size 128 x (k, v) x 2 bytes
+    assert kv_bytes_per_token("qwen2.5-7b") == 28 * 4 * 128 * 2 * 2
+    assert kv_bytes_per_token("qwen3-4b") == 36 * 8 * 128 * 2 * 2  # Qwen3 sets head_dim itself
+    memory = GPUS["h100-80gb"][2]
+    per_token = 100_000
+    est = estimate(_stage(kv_per_token=per_token), 1, "h100-80gb")
+    assert est["kv_tokens"] == pytest.approx((0.35 * memory - 2e9) / per_token)
+    needed = 50 + 4 * 100  # one group: the prompt once, G completions of C
+    assert est["share_needed"] == pytest.approx((2e9 + needed * per_token) / memory)
+    assert "would hold it" not in kv_cell(est, needed)  # ~2.8e5 tokens hold 450
+    short = {"kv_tokens": 3_000.0, "share_needed": 0.3812}
+    assert kv_cell(short, 18_500) == "3k (< 18.5k: gpu_memory_utilization 0.39 would hold it)"
+    assert "more than the GPU" in kv_cell({"kv_tokens": 0.0, "share_needed": 1.7}, 10)
+    assert kv_cell({}, 10) == ""  # a model whose KV size is unknown: no claim
