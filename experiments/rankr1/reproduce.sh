@@ -21,6 +21,10 @@ cpu_rows() {
   # SmolLM2-135M zero-shot: the plain Setwise prompt, and the Rank-R1 (reasoning) prompt
   trec_dl rankr1/setwise dl19 smollm2-135m
   trec_dl rankr1/rankr1_zeroshot dl19 smollm2-135m
+  # judges that do not read, no LLM (seconds): always label k; the band a position-only policy scores in
+  for k in 1 2 3 4 5; do
+    RUN_NAME=rankr1/constant_judge/answer${k}_dl19 run evaluate rankr1/constant_judge smollm2-135m benchmark=dl19 "task.answer=$k"
+  done
   for SEED in $(seeds); do
     # the paper's Setwise SFT baseline: gold labels of DL20's judged pools (CPU deviation: not MS MARCO)
     run train rankr1/setwise_sft_dl19 smollm2-135m trainer.resume=true

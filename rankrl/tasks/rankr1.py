@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from rankrl.data.records import Benchmark, Document, Run
-from rankrl.rollout.base import Generator, Messages
+from rankrl.rollout.base import Generation, Generator, Messages
 from rankrl.tasks.base import Example, Scores, SFTExample, TaskBase
 
 _TOML = tomllib.loads((Path(__file__).parent / "prompts" / "rankr1.toml").read_text())
@@ -599,3 +599,32 @@ class RankR1Task(TaskBase):
         per_query = {q.qid: asdict(c) for q, c in zip(queries, costs)}
         cost = {**totals, "queries": len(queries), "judge_calls": calls, "per_query": per_query}
         return {"metrics": metrics, "run": run, "cost": cost, "per_query": table}
+
+
+@dataclass
+class ConstantJudgeTask(RankR1Task):
+    """A judge that does not read, no LLM: every comparison is answered with label ``answer``. The candidates
+    of each comparison are shown in a seeded random order (``shuffle_candidates``), so this is a seeded
+    random pick, and the five labels give five such judges. Not a row of the paper: the band they span is
+    what any policy that answers by position alone, as a collapsed GRPO policy does, scores with this heap
+    sort."""
+
+    uses_model = False
+    roles: tuple[str, ...] = ()
+    trains = frozenset()  # evaluation only
+    answer: int = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 1 <= self.answer <= self.num_child + 1:
+            raise ValueError(
+                f"answer must be a label 1..{self.num_child + 1} (heap arity), got {self.answer}"
+            )
+
+    def evaluate(
+        self, generators: Mapping[str, Generator], split: str, limit: int | None = None
+    ) -> dict[str, Any]:
+        tags = "<think></think><answer>[{}]</answer>" if self.reasoning else "[{}]"
+        text = tags.format(self.answer)
+        judge = {self.role: lambda prompts: [Generation(text) for _ in prompts]}
+        return super().evaluate(judge, split, limit)

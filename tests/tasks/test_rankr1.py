@@ -19,6 +19,7 @@ from rankrl.data.records import Benchmark, Document, Query
 from rankrl.rollout.base import Generation
 from rankrl.tasks import rankr1
 from rankrl.tasks.rankr1 import (
+    ConstantJudgeTask,
     RankR1Task,
     SortCost,
     Verdict,
@@ -542,6 +543,21 @@ def test_evaluate_truncates_and_limits(dl19, dl20, metrics_module, tokenizer):
         assert len(tokenizer.tokenize(query)) <= 4
         for passage in re.findall(r"^\[\d+\] (.*)$", p[1]["content"], re.MULTILINE):
             assert len(tokenizer.tokenize(passage)) <= 16
+
+
+def test_a_constant_judge_is_the_llm_judge_answering_one_label(dl19, dl20, metrics_module):
+    """The no-LLM rows: the same heap sort, shuffle and fallback as an LLM that always writes [k]."""
+    kw = dict(construction="judged_pool", rerank_depth=20, num_child=4, k=5)
+    for answer in (1, 5):
+        text = f"<think>x</think><answer>[{answer}]</answer>"
+        llm = RankR1Task(dl20, dl19, **kw).evaluate(
+            {"policy": lambda ps, t=text: [Generation(t) for _ in ps]}, "test"
+        )
+        constant = ConstantJudgeTask(dl20, dl19, answer=answer, **kw).evaluate({}, "test")
+        assert constant["run"] == llm["run"] and constant["metrics"] == llm["metrics"]
+    assert not ConstantJudgeTask.uses_model and not ConstantJudgeTask.trains
+    with pytest.raises(ValueError, match=r"label 1\.\.5"):
+        ConstantJudgeTask(dl20, dl19, answer=6, **kw)
 
 
 def test_evaluate_drops_excluded_ids(metrics_module):
