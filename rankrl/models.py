@@ -290,14 +290,19 @@ QWEN3_TEMPLATE = (  # as Qwen3's, a final assistant turn is rendered after an em
 SMOKE_SEED = 3
 
 
+def recorded_architecture(name: str) -> dict[str, Any]:
+    """The config fields of paper model ``name`` (``PAPER_CONFIGS``); a ValueError names the known ones."""
+    if name not in PAPER_CONFIGS:
+        raise ValueError(f"no architecture recorded for {name!r}; known: {', '.join(sorted(PAPER_CONFIGS))}")
+    return PAPER_CONFIGS[name]
+
+
 def paper_config(name: str, **shape: Any) -> Any:
     """The transformers config of paper model ``name`` (a key of ``PAPER_CONFIGS``), with ``shape`` over
     it."""
     from transformers import AutoConfig
 
-    if name not in PAPER_CONFIGS:
-        raise ValueError(f"no architecture recorded for {name!r}; known: {', '.join(sorted(PAPER_CONFIGS))}")
-    fields = {**PAPER_CONFIGS[name], **shape}
+    fields = {**recorded_architecture(name), **shape}
     theta = fields.pop("rope_theta")
     return AutoConfig.for_model(
         fields.pop("model_type"), **fields, rope_parameters={"rope_type": "default", "rope_theta": theta}
@@ -316,9 +321,7 @@ def paper_parameters(name: str) -> int:
 def kv_bytes_per_token(name: str, dtype_bytes: int = 2) -> int:
     """KV-cache bytes one token of paper model ``name`` takes in vLLM: keys and values of every layer's
     key-value heads (grouped-query attention), bf16 by default."""
-    if name not in PAPER_CONFIGS:
-        raise ValueError(f"no architecture recorded for {name!r}; known: {', '.join(sorted(PAPER_CONFIGS))}")
-    c = PAPER_CONFIGS[name]
+    c = recorded_architecture(name)
     head_dim = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
     return 2 * c["num_hidden_layers"] * c["num_key_value_heads"] * head_dim * dtype_bytes
 

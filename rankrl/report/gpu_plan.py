@@ -397,11 +397,11 @@ def evaluations(paper: str, smoke_runs: Path, gpus: int) -> list[Evaluation | tu
             stages = [(None, [], "rankrl.train" in command)]
         for stage, extra, trains in stages:
             stage_cfg = compose([*extra, *overrides]) if extra else cfg
+            if not getattr(get_class(stage_cfg.task._target_), "uses_model", True):
+                continue  # no LLM (BM25, raw query, most popular): nothing for a GPU to do
             row = cfg.experiment_name + (f"/{stage}" if stage else "") + (f" ({point})" if point else "")
             cost = _smoke_cost(smoke_runs, cfg.experiment_name, f"{folder}/{stage}" if stage else folder)
             scaled = scaled_cost(cost) if cost is not None else None
-            if not getattr(get_class(stage_cfg.task._target_), "uses_model", True):
-                continue  # no LLM (BM25, raw query, most popular): nothing for a GPU to do
             try:
                 params = paper_parameters(cfg.model.name)
             except ValueError:

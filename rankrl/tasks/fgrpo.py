@@ -749,7 +749,7 @@ def evaluation(
     rankings: Sequence[Sequence[str]],
     format_ok: Sequence[bool],
     answers: Sequence[Any],
-    queries_total: int | None = None,
+    queries_total: int,
 ) -> dict[str, Any]:
     """What an evaluation returns (metrics, per-query values, run, cost, samples) from each query's slate, its
     final ranking and whether its answer was well formed; the same for every way of producing them."""
@@ -760,7 +760,7 @@ def evaluation(
         "metrics": metrics,
         "per_query": table,
         "run": _run(pools, rankings),
-        "cost": _cost(answers, len(pools), len(pools) if queries_total is None else queries_total),
+        "cost": _cost(answers, len(pools), queries_total),
         "samples": [a.text for a in answers[:3]],
     }
 

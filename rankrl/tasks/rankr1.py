@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 import re
 import tomllib
-from collections import abc
+from collections import Counter, abc
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -147,10 +147,7 @@ def modal_share(answers: Sequence[int]) -> float:
     answers by position, not by content (the position collapse of LLM rerankers)."""
     if not answers:
         return 0.0
-    counts: dict[int, int] = {}
-    for a in answers:
-        counts[a] = counts.get(a, 0) + 1
-    return max(counts.values()) / len(answers)
+    return Counter(answers).most_common(1)[0][1] / len(answers)
 
 
 # ---- 3. Setwise heap sort ----------------------------------------------------------------------------------
