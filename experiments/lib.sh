@@ -67,7 +67,7 @@ pipeline() {  # pipeline <experiment> <model> [overrides...]: its stages, each s
 report() {  # report <paper> [report overrides...]: the tables; smoke tables go beside the smoke runs
   local paper=$1; shift
   local cmd=("$PY" -m rankrl.report "paper=$paper" "$@")
-  [[ $PROFILE == smoke ]] && cmd+=("runs_dir=$LOG_DIR" "out_dir=$LOG_DIR/tables/$paper")
+  [[ $PROFILE == smoke ]] && cmd+=("runs_dir=$LOG_DIR" "out_dir=$LOG_DIR/tables/$paper" "skip_scales=[]")
   if [[ -n "${DRY_RUN:-}" ]]; then echo "${cmd[*]}"; return; fi
   "${cmd[@]}"
 }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Collection
 from pathlib import Path
 
 import pandas as pd
@@ -30,8 +31,11 @@ COLUMNS = [
 ]
 
 
-def collect_runs(runs_dir: str | Path, paper: str | None = None) -> pd.DataFrame:
-    """One row per (run, metric) from every ``metrics.json`` under ``runs_dir``.
+def collect_runs(
+    runs_dir: str | Path, paper: str | None = None, skip_scales: Collection[str] = ()
+) -> pd.DataFrame:
+    """One row per (run, metric) from every ``metrics.json`` under ``runs_dir``, leaving out runs whose
+    ``scale`` is in ``skip_scales``.
 
     Files of another schema or that do not parse are skipped with a warning, never guessed at.
     """
@@ -43,6 +47,8 @@ def collect_runs(runs_dir: str | Path, paper: str | None = None) -> pd.DataFrame
             log.warning("skipping unreadable %s: %s", path, err)
             continue
         if record.get("schema") != SCHEMA or (paper and record.get("paper") != paper):
+            continue
+        if record.get("scale") in skip_scales:
             continue
         for metric, value in record.get("metrics", {}).items():
             rows.append(

@@ -53,7 +53,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -187,8 +187,11 @@ def _run_info(folder: Path) -> dict[str, Any] | None:
     return None
 
 
-def find_runs(runs_dir: str | Path, paper: str | None = None) -> pd.DataFrame:
-    """One row per run folder under ``runs_dir`` (columns ``RUN_COLUMNS``), finished or not.
+def find_runs(
+    runs_dir: str | Path, paper: str | None = None, skip_scales: Collection[str] = ()
+) -> pd.DataFrame:
+    """One row per run folder under ``runs_dir`` (columns ``RUN_COLUMNS``), finished or not, leaving out
+    runs whose ``scale`` is in ``skip_scales``.
 
     A run folder is one holding ``metrics.json`` or ``train_log.jsonl``. It is identified by its
     ``metrics.json`` (schema ``rankrl.metrics/v1``) when it has one, else by ``config.yaml`` (written when
@@ -207,7 +210,7 @@ def find_runs(runs_dir: str | Path, paper: str | None = None) -> pd.DataFrame:
         if info is None:
             log.debug("%s: no experiment name in metrics.json or config; skipped", root)
             continue
-        if paper and info.get("paper") != paper:
+        if (paper and info.get("paper") != paper) or info.get("scale") in skip_scales:
             continue
         rows.append({**info, "run_dir": root})
     return pd.DataFrame(rows, columns=RUN_COLUMNS)

@@ -27,7 +27,7 @@ they finished. One figure per pipeline, scale, model and seed with at least two 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -93,9 +93,12 @@ def panel_metrics(panels: Sequence[Panel]) -> list[str]:
 # ---------------------------------------------------------------------------------------------- data
 
 
-def stage_records(runs_dir: str | Path, pipeline: str, metrics: Sequence[str]) -> list[dict[str, Any]]:
+def stage_records(
+    runs_dir: str | Path, pipeline: str, metrics: Sequence[str], skip_scales: Collection[str] = ()
+) -> list[dict[str, Any]]:
     """Each stage of ``pipeline`` (experiment ``<pipeline>/<stage>``) whose ``metrics.json`` holds one of
-    ``metrics``: the newest run per (scale, model, seed, stage), ordered by when the stage finished."""
+    ``metrics``: the newest run per (scale, model, seed, stage), ordered by when the stage finished; runs
+    whose scale is in ``skip_scales`` are left out."""
     found: dict[tuple, dict[str, Any]] = {}
     for path in Path(runs_dir).rglob("metrics.json"):
         try:
@@ -103,7 +106,7 @@ def stage_records(runs_dir: str | Path, pipeline: str, metrics: Sequence[str]) -
         except (OSError, json.JSONDecodeError):  # a file being written, or not ours
             continue
         experiment = str(record.get("experiment") or "")
-        if not experiment.startswith(f"{pipeline}/"):
+        if not experiment.startswith(f"{pipeline}/") or record.get("scale") in skip_scales:
             continue
         if not any(m in record.get("metrics", {}) for m in metrics):
             continue
@@ -173,7 +176,10 @@ def figure_name(pipeline: str, scale: Any, model: Any, seed: Any) -> str:
 
 
 def draw_all_rounds(
-    runs_dir: str | Path, out_dir: str | Path, rounds: Sequence[Mapping[str, Any]]
+    runs_dir: str | Path,
+    out_dir: str | Path,
+    rounds: Sequence[Mapping[str, Any]],
+    skip_scales: Collection[str] = (),
 ) -> list[Path]:
     """Every round figure of ``rounds`` (:func:`load_rounds`): one per pipeline, scale, model and seed with
     at least two stages under ``runs_dir``; returns the written paths (PNG, then CSV, per figure)."""
@@ -181,7 +187,7 @@ def draw_all_rounds(
     for spec in rounds:
         pipeline, panels = spec["pipeline"], spec["panels"]
         groups: dict[tuple, list] = {}
-        for r in stage_records(runs_dir, pipeline, panel_metrics(panels)):
+        for r in stage_records(runs_dir, pipeline, panel_metrics(panels), skip_scales):
             groups.setdefault((r.get("scale"), r.get("model"), r.get("seed")), []).append(r)
         for (scale, model, seed), group in groups.items():
             if len(group) < 2:  # one stage is no progression
@@ -191,6 +197,8 @@ def draw_all_rounds(
     return written
 
 
-def draw_rounds_of(spec_path: Path, runs_dir: str | Path, out_dir: str | Path) -> list[Path]:
+def draw_rounds_of(
+    spec_path: Path, runs_dir: str | Path, out_dir: str | Path, skip_scales: Collection[str] = ()
+) -> list[Path]:
     """The round figures a ``figures.yaml`` declares, drawn from the runs under ``runs_dir``."""
-    return draw_all_rounds(runs_dir, out_dir, load_rounds(spec_path))
+    return draw_all_rounds(runs_dir, out_dir, load_rounds(spec_path), skip_scales)

@@ -48,13 +48,14 @@ def make_run(
     finished: bool = True,
     created: str = "2026-01-01T00:00:00+00:00",
     paper: str = "demo",
+    scale: str = "cpu",
 ) -> Path:
     """A run folder as train/evaluate leave it: train_log.jsonl, .hydra/config.yaml, and when finished
     config.yaml + metrics.json."""
     run = root / experiment / f"seed{seed}-{created[:19].replace(':', '-')}"
     (run / ".hydra").mkdir(parents=True)
     config = (
-        f"experiment_name: {experiment}\npaper: {paper}\nseed: {seed}\nscale: cpu\n"
+        f"experiment_name: {experiment}\npaper: {paper}\nseed: {seed}\nscale: {scale}\n"
         "model:\n  name: smollm2-135m\n  path: ${paths.model_dir}/smollm2-135m\n"
         "output_dir: ${hydra:runtime.output_dir}\n"
     )
@@ -72,7 +73,7 @@ def make_run(
             "split": "test",
             "eval_limit": None,
             "model": "smollm2-135m",
-            "scale": "cpu",
+            "scale": scale,
             "seed": seed,
             "git_commit": "abc",
             "created": created,
@@ -86,6 +87,20 @@ def write_spec(path: Path, figures: list[dict]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"figures": figures}))  # JSON is YAML
     return path
+
+
+def write_table_spec(paper_dir: Path, method: str, experiment: str) -> None:
+    """A tables.yaml with one table ``t`` of one row (nDCG@10 on dl19), and an empty published.yaml."""
+    paper_dir.mkdir(parents=True, exist_ok=True)
+    table = {
+        "name": "t",
+        "title": "T",
+        "benchmark": "dl19",
+        "columns": ["nDCG@10"],
+        "rows": [{"method": method, "experiment": experiment}],
+    }
+    (paper_dir / "tables.yaml").write_text(json.dumps({"metric": "nDCG@10", "tables": [table]}))
+    (paper_dir / "published.yaml").write_text("{}\n")
 
 
 CURVE = {
@@ -224,24 +239,7 @@ def test_report_all_writes_every_papers_tables_and_figures(tmp_path):
 
 def test_a_paper_without_finished_runs_keeps_its_tables(tmp_path, caplog):
     experiments = tmp_path / "experiments"
-    (experiments / "demo").mkdir(parents=True)
-    (experiments / "demo" / "tables.yaml").write_text(
-        json.dumps(
-            {
-                "metric": "nDCG@10",
-                "tables": [
-                    {
-                        "name": "t",
-                        "title": "T",
-                        "benchmark": "dl19",
-                        "columns": ["nDCG@10"],
-                        "rows": [{"method": "A", "experiment": "demo/a"}],
-                    }
-                ],
-            }
-        )
-    )
-    (experiments / "demo" / "published.yaml").write_text("{}\n")
+    write_table_spec(experiments / "demo", "A", "demo/a")
     committed = experiments / "demo" / "t.md"
     committed.write_text("| A | 0.5 |\n")
     runs_dir = tmp_path / "runs"
@@ -254,6 +252,33 @@ def test_a_paper_without_finished_runs_keeps_its_tables(tmp_path, caplog):
     make_run(runs_dir, "demo/a", paper="demo")
     assert [p.name for p in report(cfg, experiments)] == ["t.md", "t.csv"]
     assert "0.4000" in committed.read_text()
+
+
+def test_smoke_runs_stay_out_of_a_papers_tables_and_figures_unless_asked_for(tmp_path):
+    # outputs/ holds outputs/smoke/ too: a smoke run (tiny random model, two queries) is newer than the
+    # cpu run of the same experiment, and must neither add rows to the committed tables nor replace the
+    # cpu run's curve. The smoke report (skip_scales=[]) reads it.
+    experiments = tmp_path / "experiments"
+    write_spec(experiments / "demo" / "figures.yaml", [CURVE])
+    write_table_spec(experiments / "demo", "GRPO", "demo/grpo")
+    runs_dir = tmp_path / "runs"
+    make_run(runs_dir, "demo/grpo")
+    make_run(runs_dir / "smoke", "demo/grpo", offset=5.0, created="2026-02-01T00:00:00+00:00", scale="smoke")
+    base = {"paper": "demo", "runs_dir": str(runs_dir)}
+
+    report(
+        OmegaConf.create({**base, "out_dir": str(tmp_path / "paper"), "skip_scales": ["smoke"]}), experiments
+    )
+    table = pd.read_csv(tmp_path / "paper" / "t.csv")
+    assert table.loc[table["source"] == "ours", "scale"].tolist() == ["cpu"]
+    curve = pd.read_csv(tmp_path / "paper" / "curve.csv")
+    assert curve.loc[(curve["panel"] == 1) & (curve["line"] == "mean"), "value"].iloc[0] == pytest.approx(0.1)
+
+    report(OmegaConf.create({**base, "out_dir": str(tmp_path / "smoke"), "skip_scales": []}), experiments)
+    table = pd.read_csv(tmp_path / "smoke" / "t.csv")
+    assert sorted(table.loc[table["source"] == "ours", "scale"]) == ["cpu", "smoke"]
+    curve = pd.read_csv(tmp_path / "smoke" / "curve.csv")
+    assert curve.loc[(curve["panel"] == 1) & (curve["line"] == "mean"), "value"].iloc[0] == pytest.approx(5.1)
 
 
 def test_report_entry_point_runs_every_paper(tmp_path):

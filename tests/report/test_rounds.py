@@ -31,14 +31,21 @@ def write_spec(path: Path, spec: dict) -> Path:
 
 
 def write_stage(
-    runs_dir: Path, stage: str, n: int, *, seed: int = 0, role: str | None = None, metrics: dict | None = None
+    runs_dir: Path,
+    stage: str,
+    n: int,
+    *,
+    seed: int = 0,
+    role: str | None = None,
+    metrics: dict | None = None,
+    scale: str = "cpu",
 ) -> None:
     """A finished stage's metrics.json, created at second ``n``."""
-    folder = runs_dir / f"seed{seed}" / f"{stage}-{n}"
+    folder = runs_dir / scale / f"seed{seed}" / f"{stage}-{n}"
     folder.mkdir(parents=True)
     record = {
         "experiment": f"demo/alternating/{stage}",
-        "scale": "cpu",
+        "scale": scale,
         "model": "tiny",
         "seed": seed,
         "created": f"2026-01-01T00:00:{n:02d}",
@@ -115,6 +122,11 @@ def test_the_report_draws_the_rounds_a_figures_yaml_declares(tmp_path):
     write_stage(runs, "sft", 0, role="b")
     write_stage(runs, "a_r1", 1, role="a")
     cfg = OmegaConf.create({"paper": "demo", "runs_dir": str(runs), "out_dir": str(tmp_path / "out")})
+    write_stage(runs, "sft", 2, role="b", scale="smoke")
+    write_stage(runs, "a_r1", 3, role="a", scale="smoke")
     written = report(cfg, experiments)
+    cpu_and_smoke = ["rounds_alternating_cpu-tiny", "rounds_alternating_smoke-tiny"]
+    assert sorted({p.stem for p in written}) == cpu_and_smoke
+    written = report(OmegaConf.create({**cfg, "skip_scales": ["smoke"]}), experiments)
     assert [p.name for p in written] == ["rounds_alternating_cpu-tiny.png", "rounds_alternating_cpu-tiny.csv"]
     assert written[0].parent == tmp_path / "out"
