@@ -9,7 +9,9 @@
 # mean +- std over the seeds found, and comparisons.md the paired tests (rankrl/report/significance.py).
 # Environment: FORCE=1 reruns everything; DRY_RUN=1 prints each row's command instead of running it (`make -n`
 # sets it); OVERRIDES="k=v ..." adds Hydra overrides to every run (rows with eval_limit read "first N queries" in
-# the tables); NPROC=N trains on N GPUs through torchrun; RANKRL_LOG_DIR moves the run folders.
+# the tables); NPROC=N trains on N GPUs through torchrun (single runs, and each pipeline's training stages);
+# OVERRIDES="hydra/launcher=slurm" sends the multiruns (sweeps) to SLURM, NPROC tasks and GPUs per job;
+# RANKRL_LOG_DIR moves the run folders.
 set -euo pipefail
 # Same seed, same numbers on any machine: floating-point sums depend on the thread count, so torch and vLLM's
 # CPU engine run on RANKRL_THREADS threads (default 2, the build machines' cores) whatever the machine has.
@@ -28,9 +30,16 @@ esac
 
 seeds() { seq 0 $((SEEDS - 1)); }  # the seeds of the training rows
 
-launcher() {  # the command that starts entry point $1: torchrun over NPROC processes for training
-  if [[ $1 == train && -n "${NPROC:-}" && $NPROC -gt 1 ]]; then
-    echo "$PY -m torch.distributed.run --nproc_per_node=$NPROC -m rankrl.$1"
+multi_gpu() { [[ -n "${NPROC:-}" && $NPROC -gt 1 ]]; }
+
+on_slurm() {  # OVERRIDES send multiruns to SLURM (hydra/launcher=slurm): a job's NPROC tasks are its ranks
+  [[ " ${EXTRA[*]} " =~ \ hydra/launcher=(submitit_)?slurm\  ]]
+}
+
+launcher() {  # launcher <entry point> [sweep]: the command that starts it; training on NPROC GPUs through
+  # torchrun, except a multirun that goes to SLURM, whose jobs start their NPROC ranks themselves
+  if [[ $1 == train ]] && multi_gpu && ! { [[ ${2:-} == sweep ]] && on_slurm; }; then
+    echo "$PY -m torch.distributed.run --standalone --nproc_per_node=$NPROC -m rankrl.$1"
   else
     echo "$PY -m rankrl.$1"
   fi
@@ -56,8 +65,10 @@ run() {  # run <entry point> <experiment> <model> [overrides...]; RUN_DIR=<folde
 
 pipeline() {  # pipeline <experiment> <model> [overrides...]: its stages, each skipped when finished; RUN_NAME
   local exp=$1 model=$2 name=${RUN_NAME:-$1}; shift 2
-  local cmd=("$PY" -m rankrl.pipeline "experiment=$exp" "profile=$PROFILE" "model=$model" "seed=$SEED" "$@"
-             "${EXTRA[@]}")
+  local cmd=("$PY" -m rankrl.pipeline "experiment=$exp" "profile=$PROFILE" "model=$model" "seed=$SEED" "$@")
+  # the pipeline starts each training stage through torchrun on NPROC GPUs (rankrl/pipeline.py)
+  if multi_gpu; then cmd+=("pipeline_nproc=$NPROC"); fi
+  cmd+=("${EXTRA[@]}")
   if [[ -n "${DRY_RUN:-}" ]]; then echo "${cmd[*]}"; return; fi
   echo "== [$((SECONDS / 60)) min] $name (pipeline, $model, seed $SEED)"
   [[ -n "${FORCE:-}" ]] && rm -rf "$LOG_DIR/$name/$PROFILE-$model/seed$SEED"

@@ -59,6 +59,7 @@ class RunKeys:
     eval_limit: int | None
     init_from: str | None
     train_role: str
+    pipeline_nproc: int
 
 
 def check_run_keys(cfg: DictConfig) -> None:

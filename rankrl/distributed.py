@@ -1,4 +1,5 @@
-"""Data parallelism through torch.distributed (launched by ``torchrun``; gloo on CPU, nccl on GPU).
+"""Data parallelism through torch.distributed (launched by ``torchrun``, or as the tasks of a SLURM job;
+gloo on CPU, nccl on GPU).
 
 Each rank samples its own share of the prompts and generates their completions. Two strategies average the
 gradients over ranks:
@@ -42,12 +43,27 @@ def is_main() -> bool:
 
 
 def init_from_env() -> None:
-    """Join the process group that ``torchrun`` describes in the environment, if any."""
+    """Join the process group that ``torchrun`` describes in the environment, if any, or that of a SLURM job
+    with several tasks (a multirun on ``hydra/launcher=slurm``: submitit starts one process per task)."""
+    if "WORLD_SIZE" not in os.environ and slurm_tasks() > 1:
+        from submitit.helpers import TorchDistributedEnvironment
+
+        # RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT from the job's tasks and nodes (a MASTER_PORT set by
+        # the user is the one submitit reads); every GPU of the node stays visible, LOCAL_RANK picks its own
+        TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         dist.init_process_group(backend=backend)
         if torch.cuda.is_available():
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+
+
+def slurm_tasks() -> int:
+    """Tasks of the submitit SLURM job this process is one of (0 elsewhere). Only submitit's jobs: a plain
+    `python` in an allocation of several tasks is one process, not one rank of many."""
+    if os.environ.get("SUBMITIT_EXECUTOR") != "slurm" or "SLURM_PROCID" not in os.environ:
+        return 0
+    return int(os.environ.get("SLURM_NTASKS", "0"))
 
 
 STRATEGIES = ("ddp", "fsdp")

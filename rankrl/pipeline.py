@@ -1,6 +1,7 @@
 """Entry point: run an experiment's pipeline of stages (SFT -> GRPO -> evaluation, or alternating rounds).
 
 python -m rankrl.pipeline experiment=<paper>/<pipeline experiment> [overrides for every stage]
+python -m rankrl.pipeline ... pipeline_nproc=8    # each training stage on 8 GPUs of this node (torchrun)
 
 An experiment declares its pipeline as a list; each stage is one run of ``rankrl.train`` or
 ``rankrl.evaluate`` in a fixed folder, ``outputs/<experiment>/<scale>-<model>/seed<k>/<stage>/``:
@@ -107,15 +108,35 @@ def plan(stages: list[Stage], roles: list[str]) -> list[Stage]:
     return stages
 
 
+def launch_command(entry: str, nproc: int = 1) -> list[str]:
+    """How a stage's entry point starts: a training stage on ``nproc`` > 1 processes (GPUs) through torchrun
+    on this node, like ``torchrun --standalone --nproc_per_node=N -m rankrl.train``; everything else as one
+    process (evaluation runs on one)."""
+    if entry == "train" and nproc > 1:
+        return [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={nproc}",
+            "-m",
+            "rankrl.train",
+        ]
+    return [sys.executable, "-m", f"rankrl.{entry}"]
+
+
 def stage_command(
-    stage: Stage, root: Path, roles: list[str], user_overrides: list[str], experiment_name: str
+    stage: Stage,
+    root: Path,
+    roles: list[str],
+    user_overrides: list[str],
+    experiment_name: str,
+    nproc: int = 1,
 ) -> list[str]:
-    """The command line of one stage."""
+    """The command line of one stage (a training stage under torchrun when ``nproc`` > 1)."""
     # the command line's overrides come last: they win over the stage's, as over any config file
     cmd = [
-        sys.executable,
-        "-m",
-        f"rankrl.{stage.entry}",
+        *launch_command(stage.entry, nproc),
         *stage.overrides,
         *user_overrides,
         f"hydra.run.dir={root / stage.name}",
@@ -148,6 +169,8 @@ def run_pipeline(overrides: list[str]) -> Path:
             f"experiment {cfg.get('experiment_name')!r} declares no pipeline; pipelines: "
             + ", ".join(pipeline_experiments())
         )
+    if cfg.pipeline_nproc < 1:
+        raise ConfigError(f"pipeline_nproc={cfg.pipeline_nproc}: processes per training stage, 1 or more")
     roles = list(cfg.roles) if cfg.get("roles") else [DEFAULT_ROLE]
     stages = plan(expand(OmegaConf.to_container(cfg.pipeline, resolve=True)), roles)
     root = Path(cfg.paths.log_dir) / cfg.experiment_name / f"{cfg.scale}-{cfg.model.name}" / f"seed{cfg.seed}"
@@ -162,7 +185,7 @@ def run_pipeline(overrides: list[str]) -> Path:
         if (folder / METRICS_FILE).exists():
             print(f"{head}: done ({folder})", flush=True)
             continue
-        cmd = stage_command(stage, root, roles, overrides, cfg.experiment_name)
+        cmd = stage_command(stage, root, roles, overrides, cfg.experiment_name, cfg.pipeline_nproc)
         print(f"{head} -> {folder}", flush=True)
         # on W&B the stages are one group, each stage its job type: the pipeline reads as one unit
         group = f"{cfg.experiment_name}/{cfg.scale}-{cfg.model.name}/seed{cfg.seed}"

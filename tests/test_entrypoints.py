@@ -71,6 +71,20 @@ def test_submitit_local_multirun(tmp_path, data_dir):
     assert sorted(round(r["metrics"]["nDCG@10"], 4) for r in records) == [0.4796, 0.5058]
 
 
+@pytest.mark.parametrize("nproc,tasks", [(None, 1), ("8", 8)])
+def test_slurm_launcher_gives_each_job_nproc_tasks_and_gpus(monkeypatch, nproc, tasks):
+    """hydra/launcher=slurm (the paper scripts' sweeps): NPROC tasks and GPUs per job, the tasks its ranks."""
+    from tests.conftest import compose
+
+    if nproc is None:
+        monkeypatch.delenv("NPROC", raising=False)
+    else:
+        monkeypatch.setenv("NPROC", nproc)
+    launcher = compose("train", ["hydra/launcher=slurm"], hydra_cfg=True).hydra.launcher
+    assert launcher._target_.endswith("SlurmLauncher")
+    assert launcher.tasks_per_node == launcher.gpus_per_node == tasks
+
+
 def test_report_regenerates_tables_from_runs(tmp_path, data_dir):
     runs = tmp_path / "runs"
     _run("rankrl.evaluate", "experiment=rankr1/bm25", f"hydra.run.dir={runs / 'a'}")

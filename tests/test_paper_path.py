@@ -98,53 +98,57 @@ def test_vllm_serves_the_lora_policy_merged(model_dir: Path, name: str):
     assert max_gap(base, out, tok.pad_token_id, T1) > 0.01
 
 
-def _torchrun(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "rankrl.train", *args]
-    return subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
-
-
 def _log(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
 
 
-def test_two_ranks_run_paper_profile_stages_sharded_by_fsdp(tmp_path: Path, model_dir: Path):
-    """torchrun, 2 CPU ranks (gloo): F-GRPO's paper settings (full fine-tuning, trainer.strategy=fsdp) on a
-    tiny Qwen3-4B-shaped model. An SFT stage moves the sharded weights; a GRPO stage from it samples exactly
-    the trainer's weights on both ranks' vLLM engines and saves a sharded checkpoint."""
+def test_two_ranks_run_a_paper_profile_pipeline_sharded_by_fsdp(tmp_path: Path, model_dir: Path):
+    """`NPROC=2` as the reproduce scripts pass it to a pipeline (pipeline_nproc=2): F-GRPO's paper-profile
+    pipeline on a tiny Qwen3-4B-shaped model, each training stage on 2 CPU ranks through torchrun (gloo),
+    full fine-tuning sharded by FSDP (the paper profile's trainer.strategy=fsdp). The SFT stage moves the
+    sharded weights; the F-GRPO stage from it samples exactly the trainer's weights on both ranks' vLLM
+    engines and saves a sharded checkpoint."""
     env = {**os.environ, "RANKRL_LOG_DIR": str(tmp_path), "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
-    common = [
+    cmd = [
+        sys.executable,
+        "-m",
+        "rankrl.pipeline",
         "experiment=fgrpo/fgrpo",
         "profile=smoke",
         "model=qwen3-4b",
         "logger=none",
         "eval_limit=1",
+        "schedule.sft_lr=1e-3",
+        "pipeline_nproc=2",
     ]
-    sft, grpo = tmp_path / "sft", tmp_path / "grpo"
-    done = _torchrun(
-        [
-            *common,
-            "trainer=sft",
-            "trainer.max_steps=2",
-            "trainer.examples_per_step=4",
-            "trainer.lr=1e-3",
-            f"hydra.run.dir={sft}",
-        ],
-        env,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    record = json.loads((sft / "metrics.json").read_text())
-    assert "strategy: fsdp" in (sft / "config.yaml").read_text()
-    policy = record["roles"]["policy"]
+    done = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    root = tmp_path / "fgrpo" / "fgrpo_movielens" / "smoke-qwen3-4b" / "seed0"
+    sft, grpo = root / "sft", root / "fgrpo"
+    for stage in (sft, grpo):
+        assert "strategy: fsdp" in (stage / "config.yaml").read_text()
+        assert any((stage / "checkpoints").glob("step_*/sharded"))  # two ranks, each saved its shard
+    policy = json.loads((sft / "metrics.json").read_text())["roles"]["policy"]
     assert policy["weights_start"] != policy["weights_end"]  # the gathered weights moved
     assert all(r["grad_norm"] > 0 and r["loss"] > 0 for r in _log(sft))
-    done = _torchrun([*common, "trainer.max_steps=1", f"init_from={sft}", f"hydra.run.dir={grpo}"], env)
-    assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads((grpo / "metrics.json").read_text())["roles"]["policy"]["init_from"] == str(
         sft.resolve()
     )
     assert all(r["sampler_logprob_gap_max"] < 1e-3 for r in _log(grpo))
-    assert "strategy: fsdp" in (grpo / "config.yaml").read_text()
-    assert any((grpo / "checkpoints").glob("step_*/sharded"))
+
+
+def test_a_pipeline_starts_only_its_training_stages_through_torchrun():
+    from rankrl.pipeline import launch_command
+
+    assert launch_command("train", 4)[2:] == [
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=4",
+        "-m",
+        "rankrl.train",
+    ]
+    assert launch_command("evaluate", 4)[1:] == ["-m", "rankrl.evaluate"]
+    assert launch_command("train", 1)[1:] == ["-m", "rankrl.train"]
 
 
 def test_paper_size_prompts_sample_with_seeds_on_the_cpu(model_dir: Path):

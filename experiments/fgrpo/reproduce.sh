@@ -46,7 +46,7 @@ sweep() {  # sweep <model> <name> <key> <prefix> <values>: GRPO runs from the Mo
   done
   if [[ ${#todo[@]} -eq 0 ]]; then echo "== fgrpo/$name ($m): done"; return; fi
   local joined; joined=$(IFS=,; echo "${todo[*]}")
-  local cmd; read -r -a cmd <<< "$(launcher train)"
+  local cmd; read -r -a cmd <<< "$(launcher train sweep)"
   cmd+=(-m experiment=fgrpo/fgrpo "profile=$PROFILE" "model=$m" "benchmark=$(config_of movielens)"
         "$key=$joined" "init_from=$LOG_DIR/fgrpo/fgrpo_movielens/$PROFILE-$m/seed0/sft" trainer.resume=true
         "experiment_name=fgrpo/$name/$prefix\${$key}" "hydra.sweep.dir=$root" "hydra.sweep.subdir=$prefix\${$key}"

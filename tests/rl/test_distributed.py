@@ -185,3 +185,69 @@ def test_kl_with_full_fine_tuning_gets_a_frozen_reference(model_dir):
     assert ref is not None and not ref.training and not any(p.requires_grad for p in ref.parameters())
     lora = compose("train", [*base, "trainer.beta=0.04", "model.lora={r: 4, alpha: 8}"])
     assert reference(lora) is None  # LoRA: the policy with its adapter off is the reference
+
+
+SLURM_RANK_SCRIPT = """
+import json, sys, torch, torch.distributed as dist
+from rankrl import distributed as ddp
+ddp.init_from_env()
+total = torch.tensor([float(ddp.rank() + 1)])
+dist.all_reduce(total)
+print(json.dumps({"rank": ddp.rank(), "world": ddp.world_size(), "sum": total.item()}))
+"""
+
+
+def _slurm_task_env(procid: int, tasks: int, port: int) -> dict[str, str]:
+    """The environment SLURM gives task ``procid`` of a one-node job that submitit started."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    return {
+        **env,
+        "SUBMITIT_EXECUTOR": "slurm",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_NTASKS": str(tasks),
+        "SLURM_JOB_NUM_NODES": "1",
+        "SLURM_NODEID": "0",
+        "SLURM_JOB_NODELIST": "localhost",
+        "SLURM_PROCID": str(procid),
+        "SLURM_LOCALID": str(procid),
+        "MASTER_PORT": str(port),
+        "OMP_NUM_THREADS": "1",
+    }
+
+
+def test_the_tasks_of_a_slurm_job_join_as_ranks():
+    """A multirun on hydra/launcher=slurm with NPROC tasks per job: each task (a process that submitit starts,
+    with SLURM's environment, not torchrun's) joins one process group as its rank. SLURM itself cannot run
+    here: the two processes get the variables SLURM sets, and submitit's own parser reads them."""
+    import json
+    import subprocess
+    import sys
+
+    port = _free_port()
+    tasks = [
+        subprocess.Popen(
+            [sys.executable, "-c", SLURM_RANK_SCRIPT],
+            env=_slurm_task_env(i, 2, port),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    results = []
+    for task in tasks:
+        out, err = task.communicate(timeout=120)
+        assert task.returncode == 0, err[-2000:]
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    assert sorted(r["rank"] for r in results) == [0, 1]
+    assert all(r["world"] == 2 and r["sum"] == 3.0 for r in results)
+
+
+def test_one_python_in_a_slurm_allocation_is_not_a_rank(monkeypatch):
+    """Without submitit (a plain `python` inside `sbatch -n 8`) the process is alone: no group to join."""
+    for key, value in _slurm_task_env(0, 8, 0).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("SUBMITIT_EXECUTOR")
+    assert ddp.slurm_tasks() == 0
+    monkeypatch.setenv("SUBMITIT_EXECUTOR", "slurm")
+    assert ddp.slurm_tasks() == 8
