@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rankrl.distributed import full_tensor, unwrap
+from rankrl.distributed import full_tensor, is_distributed, unwrap
 from rankrl.errors import EnvironmentProblem
 from rankrl.rollout.base import Messages, Rollouts, SamplingParams
 from rankrl.rollout.hf import render_prompts
@@ -254,13 +254,16 @@ class VLLMEngine:
         )
         _LIVE_ENGINES.append(self.llm)
         self._asleep: set[str] = set()
-        self.sync_weights(model)  # the policy may already differ from its folder (a resumed checkpoint)
+        self._unpushed: torch.nn.Module | None = None  # newer weights, pushed at the next generate
+        self._push(model)  # the policy may already differ from its folder (a resumed checkpoint)
         self._smoke_test()
 
     # ---------------------------------------------------------------- RolloutEngine
     def generate(self, prompts: Sequence[Messages], n: int, sampling: SamplingParams) -> Rollouts:
         """Sample ``n`` completions per prompt; rows are prompt-major (row i*n+g is sample g of prompt i)."""
         start = time.perf_counter()
+        if self._unpushed is not None:
+            self._push(self._unpushed)
         self._wake(("weights", "kv_cache"))
         local_ids = render_prompts(self.tokenizer, prompts, self.chat_template_kwargs)
         all_ids, share = self._gather_group(local_ids)
@@ -280,8 +283,20 @@ class VLLMEngine:
         return out
 
     def sync_weights(self, model: torch.nn.Module) -> None:
-        """Copy the policy's current weights into the engine (LoRA merged), then drop cached prefixes,
-        whose KV entries were computed with the old weights."""
+        """Make the engine sample ``model``'s current weights. In one process the copy waits for the next
+        ``generate``, so updates that no generation follows (SFT steps between two probes) cost no push;
+        across ranks it is made now, since gathering sharded weights is a collective that every rank joins
+        at the same point (and evaluation generates on the first rank only)."""
+        if is_distributed():
+            self._unpushed = None
+            self._push(model)
+        else:
+            self._unpushed = model
+
+    def _push(self, model: torch.nn.Module) -> None:
+        """Copy the policy's weights into the engine (LoRA merged), then drop cached prefixes, whose KV
+        entries were computed with the old weights."""
+        self._unpushed = None
         self._wake(("weights",))
         with merged_lora(unwrap(model)) as policy:
             self.llm.collective_rpc(

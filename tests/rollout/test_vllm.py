@@ -157,6 +157,33 @@ def test_push_after_optimizer_steps_makes_the_engine_sample_the_new_policy(smoll
     assert max_gap(base, untouched, tok.pad_token_id, T1) <= TOLERANCE
 
 
+def test_updates_that_no_generation_follows_cost_no_push(smollm2):
+    """SFT steps between two probes: in one process the weights are copied once, at the next generation,
+    and it samples the newest weights."""
+    base, tok = smollm2
+    policy = copy.deepcopy(base)
+    lazy = rv.VLLMEngine(policy, tok, kv_cache_gib=0.5)
+    pushes = []
+    real_rpc = lazy.llm.collective_rpc
+
+    def counted(method, *args, **kwargs):
+        pushes.append(method)
+        return real_rpc(method, *args, **kwargs)
+
+    lazy.llm.collective_rpc = counted
+    for scale in (1.01, 1.02, 1.03):  # three "updates", each told to the engine
+        with torch.no_grad():
+            policy.model.norm.weight.mul_(scale)
+        lazy.sync_weights(policy)
+    assert "reload_weights" not in pushes
+    torch.manual_seed(6)
+    out = lazy.generate(PROMPTS, n=2, sampling=T1)
+    assert pushes.count("reload_weights") == 1
+    assert max_gap(policy, out, tok.pad_token_id, T1) <= TOLERANCE
+    lazy.generate(PROMPTS[:1], n=1, sampling=GREEDY)  # nothing new: no second push
+    assert pushes.count("reload_weights") == 1
+
+
 def test_lora_policy_is_pushed_merged_and_keeps_its_adapter(smollm2):
     base, tok = smollm2
     policy = apply_lora(copy.deepcopy(base), {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]})
