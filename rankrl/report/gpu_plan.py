@@ -39,6 +39,11 @@ queries (``eval_limit``) and how many the whole split has:
                     (heap-sort rounds, chunks), not scaled: all queries advance together
     GPU-hours       hours x the GPUs the run holds (1 for an evaluation row, N for a training run's own)
 
+Where the smoke evaluates a data set of its own in place of the paper's (GRAPE's ten photographs), its
+queries_total is not the benchmark's: the ``gpu_plan:`` node's ``per_queries: N`` then sizes every evaluation
+for N queries (s = N / queries), to multiply by the split's size. A row the smoke did not run reads the smoke
+run of its stand-in (``smoke_stand_ins``) or of another point of its benchmark sweep, and is marked.
+
 C is an upper bound (completions stop at their stop string), and L is counted with the smoke model's
 tokenizer (SmolLM2's; Qwen's may differ by ~15%). These are estimates to size a job, not measurements:
 ``experiments/engine/gpu_check.sh`` measures a GPU's real tokens/s and step time.
@@ -169,6 +174,7 @@ class Evaluation:
     rounds: int  # sequential generate calls
     vllm_share: float
     kv_per_token: int = 0
+    stand_in: bool = False  # measured on the smoke run of a stand-in row
 
     @property
     def longest(self) -> float:
@@ -190,14 +196,16 @@ def estimate_evaluation(ev: Evaluation, gpu: str) -> dict[str, float]:
     }
 
 
-def scaled_cost(cost: dict[str, Any]) -> dict[str, float] | None:
-    """A smoke evaluation's LLM cost scaled to its whole split (the module's formula); None where the run
-    recorded no split size (an evaluation without an LLM, or a task that does not report one)."""
+def scaled_cost(cost: dict[str, Any], per_queries: int | None = None) -> dict[str, float] | None:
+    """A smoke evaluation's LLM cost scaled to its whole split, or to ``per_queries`` queries where the
+    smoke's data is not the benchmark's (the module's formula); None where the run recorded no split size
+    (an evaluation without an LLM, or a task that does not report one)."""
     if not cost or not cost.get("queries") or "queries_total" not in cost or "llm_prompts" not in cost:
         return None
-    scale = cost["queries_total"] / cost["queries"]
+    queries = per_queries or cost["queries_total"]
+    scale = queries / cost["queries"]
     return {
-        "queries": float(cost["queries_total"]),
+        "queries": float(queries),
         "prompts": scale * cost["llm_prompts"],
         "prompt_tokens": scale * cost.get("prompt_tokens", 0),
         "rounds": float(cost.get("generate_calls") or 1),
@@ -226,9 +234,17 @@ def paper_commands(
 
 
 def _overrides(command: list[str]) -> tuple[list[str], int]:
-    """Hydra overrides of a command (multirun values counted, the first one kept) and its number of runs."""
+    """Hydra overrides of a command (multirun values counted, the first one kept) and its number of runs.
+
+    A value the dry run cannot know, written ``<...>`` (GRAPE's compression control asks for as many words
+    as the rank-reward run wrote), is left to the experiment's default: it sizes the prompt by a few words.
+    """
     skipped = ("-", "hydra.", "init_from=", "roles.", "experiment_name=")  # flags, folders, run names
-    args = [a for a in command if "=" in a and not a.startswith(skipped)]
+    args = [
+        a
+        for a in command
+        if "=" in a and not a.startswith(skipped) and not a.partition("=")[2].startswith("<")
+    ]
     runs, out = 1, []
     for arg in args:
         key, _, value = arg.partition("=")
@@ -251,13 +267,20 @@ def _sweep_point(command: list[str]) -> str | None:
 def smoke_stand_ins(paper: str) -> dict[str, Any]:
     """The paper's ``gpu_plan:`` node of ``experiments/<paper>/tables.yaml``: ``smoke_stand_ins`` maps a
     piece of a paper-scale experiment's name to the piece of the smoke run that stands in for it (a data set
-    the build machines lack, a retriever whose prompts are the same), and ``note`` says where a smoke's
-    prompts are shorter than the paper's. The table marks every row measured on a stand-in."""
+    the build machines lack, a retriever whose prompts are the same), ``note`` says where a smoke's
+    prompts are shorter than the paper's, and ``per_queries`` (with ``per_queries_why``) sizes evaluations
+    for that many queries where the smoke's data is not the benchmark's. The table marks every row measured
+    on a stand-in."""
     import yaml
 
     spec = yaml.safe_load((REPO_ROOT / "experiments" / paper / "tables.yaml").read_text()) or {}
     node = spec.get("gpu_plan") or {}
-    return {"stand_ins": dict(node.get("smoke_stand_ins") or {}), "note": node.get("note", "")}
+    return {
+        "stand_ins": dict(node.get("smoke_stand_ins") or {}),
+        "note": node.get("note", ""),
+        "per_queries": node.get("per_queries"),
+        "per_queries_why": node.get("per_queries_why", ""),
+    }
 
 
 def _mean_prompt_len(log: Path) -> float | None:
@@ -267,6 +290,13 @@ def _mean_prompt_len(log: Path) -> float | None:
         if "prompt_length/mean" in r
     ]
     return sum(values) / len(values) if values else None
+
+
+def stand_in_name(experiment: str, stand_ins: dict[str, str] | None) -> str:
+    """The experiment whose smoke run stands in for ``experiment``: each declared piece replaced."""
+    for a, b in (stand_ins or {}).items():
+        experiment = experiment.replace(a, b)
+    return experiment
 
 
 def _smoke_prompt_len(
@@ -279,9 +309,7 @@ def _smoke_prompt_len(
     """Mean prompt tokens of a smoke run of ``experiment`` (any model and sweep point: they share the smoke
     tokenizer): its stage ``stage`` (a paper schedule's later rounds read the smoke's first round of the same
     stage), else any of its GRPO stages; and whether a stand-in experiment's run was used."""
-    stand_in = experiment
-    for a, b in (stand_ins or {}).items():
-        stand_in = stand_in.replace(a, b)
+    stand_in = stand_in_name(experiment, stand_ins)
     names = [experiment, stand_in]
     wanted = re.compile(re.sub(r"_r\d+$", lambda _: r"_r\d+", stage) + "$") if stage else None
     for name in names:
@@ -366,11 +394,23 @@ def rows(paper: str, smoke_runs: Path) -> list[Row]:
     return found
 
 
-def _smoke_cost(smoke_runs: Path, experiment: str, where: str) -> dict[str, Any] | None:
-    """The evaluation cost in the smoke run's ``metrics.json`` at ``<experiment>/smoke-*/<where>``."""
-    for metrics in sorted((smoke_runs / experiment).glob(f"smoke-*/{where}/metrics.json")):
-        return json.loads(metrics.read_text()).get("cost") or {}
-    return None
+def _smoke_cost(
+    smoke_runs: Path, experiment: str, where: str, stand_ins: dict[str, str] | None = None
+) -> tuple[dict[str, Any] | None, bool]:
+    """The evaluation cost in the smoke run's ``metrics.json`` at ``<experiment>/smoke-*/<where>``, else
+    in the run of its stand-in experiment or of another point of its benchmark sweep (``where`` =
+    ``sweep/benchmark=<b>[/<stage>]``); and whether such a stand-in was read."""
+    stand_in = stand_in_name(experiment, stand_ins)
+    other_point = re.sub(r"^sweep/benchmark=[^/]+", "sweep/benchmark=*", where)
+    for name, folder in [
+        (experiment, where),
+        (stand_in, where),
+        (experiment, other_point),
+        (stand_in, other_point),
+    ]:
+        for metrics in sorted((smoke_runs / name).glob(f"smoke-*/{folder}/metrics.json")):
+            return json.loads(metrics.read_text()).get("cost") or {}, (name, folder) != (experiment, where)
+    return None, False
 
 
 def evaluations(paper: str, smoke_runs: Path, gpus: int) -> list[Evaluation | tuple[str, str, str]]:
@@ -384,6 +424,7 @@ def evaluations(paper: str, smoke_runs: Path, gpus: int) -> list[Evaluation | tu
     from rankrl.pipeline import compose, expand
 
     entries = ("rankrl.train", "rankrl.pipeline", "rankrl.evaluate")
+    node = smoke_stand_ins(paper)
     found: list[Evaluation | tuple[str, str, str]] = []
     for command in paper_commands(paper, entries):
         overrides, runs = _overrides(command)
@@ -400,8 +441,9 @@ def evaluations(paper: str, smoke_runs: Path, gpus: int) -> list[Evaluation | tu
             if not getattr(get_class(stage_cfg.task._target_), "uses_model", True):
                 continue  # no LLM (BM25, raw query, most popular): nothing for a GPU to do
             row = cfg.experiment_name + (f"/{stage}" if stage else "") + (f" ({point})" if point else "")
-            cost = _smoke_cost(smoke_runs, cfg.experiment_name, f"{folder}/{stage}" if stage else folder)
-            scaled = scaled_cost(cost) if cost is not None else None
+            where = f"{folder}/{stage}" if stage else folder
+            cost, stand_in = _smoke_cost(smoke_runs, cfg.experiment_name, where, node["stand_ins"])
+            scaled = scaled_cost(cost, node["per_queries"]) if cost is not None else None
             try:
                 params = paper_parameters(cfg.model.name)
             except ValueError:
@@ -425,17 +467,26 @@ def evaluations(paper: str, smoke_runs: Path, gpus: int) -> list[Evaluation | tu
                     rounds=int(scaled["rounds"]),
                     vllm_share=float(stage_cfg.rollout.get("gpu_memory_utilization", 0.35)),
                     kv_per_token=kv_bytes_per_token(cfg.model.name),
+                    stand_in=stand_in,
                 )
             )
     return found
 
 
 def evaluation_table(paper: str, smoke_runs: Path, gpus: int, gpu: str) -> list[str]:
+    spec = smoke_stand_ins(paper)
+    per = spec["per_queries"]
+    scaled_to = (
+        f"scaled to {per:,} queries of each benchmark ({spec['per_queries_why']}: multiply by the split's "
+        f"size / {per:,})"
+        if per
+        else "scaled to the whole split"
+    )
     lines = [
         "",
         "Evaluations: every evaluation row, and each training run's own final evaluation (it holds the "
         f"run's {gpus} GPUs), on {gpu}; the LLM's work is the smoke run's (`make smoke-{paper}`, its first "
-        "few queries) scaled to the whole split, every completion taken at its maximum C (formula in the "
+        f"few queries) {scaled_to}, every completion taken at its maximum C (formula in the "
         "module's docstring). BM25 and other rows without an LLM cost no GPU time and are not listed.",
         "",
         "| evaluation | model | params | runs | GPUs held | queries | LLM prompts | prompt tokens (M) | "
@@ -458,6 +509,8 @@ def evaluation_table(paper: str, smoke_runs: Path, gpus: int, gpu: str) -> list[
             gap = f" ({len(missing)} of {len(evs)} {gap})"
         est = [estimate_evaluation(e, gpu) for e in done]
         first = done[0]
+        if any(e.stand_in for e in done):
+            label += " *"
         lines.append(
             f"| {label} | {model} | {first.params / 1e9:.2f}B | {first.runs} | {first.gpus} | "
             f"{sum(e.queries for e in done)} | {round(sum(e.prompts for e in done)):,} | "
@@ -465,6 +518,13 @@ def evaluation_table(paper: str, smoke_runs: Path, gpus: int, gpu: str) -> list[
             f"{math.ceil(max(x['memory_gib'] for x in est))} | "
             f"{kv_cell(est[0], max(e.longest for e in done))} | "
             f"{sum(x['gpu_hours'] for x in est) * first.runs:.2f}{gap} |"
+        )
+    if any(line.split(" | ")[0].endswith(" *") for line in lines):
+        lines.append(
+            "\n\\* measured, at least for some of its benchmarks, on the smoke run of a stand-in (another "
+            "benchmark of the same sweep"
+            + "".join(f", {b} for {a}" for a, b in spec["stand_ins"].items())
+            + "): the smoke did not run it."
         )
     return lines
 

@@ -15,6 +15,7 @@ from rankrl.report.gpu_plan import (
     estimate_evaluation,
     kv_cell,
     scaled_cost,
+    smoke_stand_ins,
 )
 
 
@@ -80,6 +81,7 @@ def test_multirun_values_count_as_runs_and_folders_are_not_overrides():
         "profile=paper",
         "benchmark=movielens-100k",
         "task.lam=0.5,2",
+        "task.compress_words=<mean rewrite_words of grape_rank>",  # known only after an earlier row
         "init_from=outputs/x",
         "hydra.sweep.dir=outputs/y",
         "experiment_name=fgrpo/sweep",
@@ -165,3 +167,51 @@ def test_kv_cache_is_the_share_less_the_weights_and_names_the_share_that_would_h
     assert kv_cell(short, 18_500) == "3k (< 18.5k: gpu_memory_utilization 0.39 would hold it)"
     assert "more than the GPU" in kv_cell({"kv_tokens": 0.0, "share_needed": 1.7}, 10)
     assert kv_cell({}, 10) == ""  # a model whose KV size is unknown: no claim
+
+
+def test_a_smoke_on_data_of_its_own_sizes_evaluations_per_n_queries():
+    # GRAPE's smoke rewrites 2 of its 5 captions: 5 is its own data's size, not a benchmark's split
+    cost = dict(queries=2, queries_total=5, llm_prompts=2, prompt_tokens=217, generate_calls=1)
+    assert scaled_cost(cost, per_queries=1000) == pytest.approx(
+        {"queries": 1000, "prompts": 1000, "prompt_tokens": 217 * 500, "rounds": 1}
+    )
+    spec = smoke_stand_ins("grape")
+    assert spec["per_queries"] == 1000 and spec["per_queries_why"]
+    assert smoke_stand_ins("rankr1")["per_queries"] is None  # DL19's 43 queries are the split itself
+
+
+def test_an_evaluation_the_smoke_did_not_run_reads_its_stand_in_and_is_marked(tmp_path):
+    import json
+
+    from rankrl.report.gpu_plan import _smoke_cost
+
+    def write(experiment: str, folder: str, prompts: int) -> None:
+        path = tmp_path / experiment / "smoke-qwen2.5-3b" / folder / "metrics.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({"cost": {"queries": 2, "queries_total": 5, "llm_prompts": prompts}}))
+
+    write("grape/grape_rank/clip-vit-b16", "sweep/benchmark=flickr30k-cn", 2)
+    write("grape/grape_rank/clip-vit-b16", "sweep/benchmark=cirr", 4)
+    stand_ins = {"clip-vit-l14": "clip-vit-b16"}
+    row = "grape/grape_rank/clip-vit-b16"
+    assert _smoke_cost(tmp_path, row, "sweep/benchmark=cirr", stand_ins) == (_cost(4), False)
+    # another benchmark of the same sweep, then the stand-in retriever's run
+    assert _smoke_cost(tmp_path, row, "sweep/benchmark=xm3600", stand_ins) == (_cost(4), True)
+    l14 = "grape/grape_rank/clip-vit-l14"
+    assert _smoke_cost(tmp_path, l14, "sweep/benchmark=flickr30k-cn", stand_ins) == (_cost(2), True)
+    assert _smoke_cost(tmp_path, l14, "sweep/benchmark=flickr30k-cn", {}) == (None, False)
+    assert _smoke_cost(tmp_path, "rankr1/setwise_dl19", "seed0", stand_ins) == (None, False)
+
+
+def _cost(prompts: int) -> dict:
+    return {"queries": 2, "queries_total": 5, "llm_prompts": prompts}
+
+
+@pytest.mark.parametrize("paper", ["rankr1", "grape", "fgrpo", "cogr"])
+def test_every_papers_plan_composes_its_paper_rows_without_smoke_runs(paper, tmp_path):
+    # every PROFILE=paper command of the paper's script composes (GRAPE's once failed on a dry-run
+    # placeholder); with no smoke runs nothing is estimated, and the table says so instead of raising
+    from rankrl.report.gpu_plan import table
+
+    text = table(paper, tmp_path, 8, "h100-80gb")
+    assert "not estimated: no smoke run measured" in text and f"reproduce-{paper} PROFILE=paper" in text
