@@ -557,9 +557,10 @@ def test_tiny_pipeline_alternates_two_rounds_hands_indexes_over_and_reports(tmp_
             records[stage]["metrics"]["f1"], abs=1e-4
         )
     assert ours.loc["CoGR", "wands"] == "missing"
-    assert (report / "cogr_query_side_rounds.png").exists() and (
-        report / "cogr_item_side_rounds.png"
-    ).exists()
+    # the co-evolution figure draws the two rounds run here; the GRPO curve figures name the CPU schedule's
+    # three rounds (experiments/cogr/figures.yaml) and are skipped, with a warning, when one is missing
+    assert (report / "rounds_cogr_dlpools_cpu-tiny.png").exists()
+    assert not (report / "cogr_query_side_rounds.png").exists()
     frame = pd.read_csv(report / "rounds_cogr_dlpools_cpu-tiny.csv")  # the co-evolution figure's data
     assert list(frame["stage"]) == order
 
