@@ -133,6 +133,11 @@ def test_wandb_offline_run_is_written(tmp_path, model_dir):
     assert (tmp_path / "reward_curve.png").exists() and (tmp_path / "per_query.csv").exists()
 
 
+def _user_error_command(tmp_path, overrides: list[str]) -> list[str]:
+    entry = "rankrl.evaluate" if any("bm25" in o for o in overrides) else "rankrl.train"
+    return [sys.executable, "-m", entry, *overrides, "logger=none", f"hydra.run.dir={tmp_path}"]
+
+
 @pytest.mark.parametrize(
     "overrides,said",
     [
@@ -142,16 +147,20 @@ def test_wandb_offline_run_is_written(tmp_path, model_dir):
     ],
 )
 def test_user_errors_end_in_one_line_without_traceback(tmp_path, model_dir, overrides, said):
-    """Errors a user can fix print one `error:` line and exit 2; HYDRA_FULL_ERROR=1 brings the traceback
-    back."""
-    entry = "rankrl.evaluate" if any("bm25" in o for o in overrides) else "rankrl.train"
-    cmd = [sys.executable, "-m", entry, *overrides, "logger=none", f"hydra.run.dir={tmp_path}"]
-    out = subprocess.run(cmd, capture_output=True, text=True)
+    """Errors a user can fix print one `error:` line and exit 2."""
+    out = subprocess.run(_user_error_command(tmp_path, overrides), capture_output=True, text=True)
     errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
     assert out.returncode == 2 and len(errors) == 1 and said in errors[0], out.stderr[-2000:]
     assert "Traceback" not in out.stderr
+
+
+def test_hydra_full_error_brings_the_traceback_back(tmp_path):
+    """HYDRA_FULL_ERROR=1 (Hydra's own switch) shows the traceback that the one `error:` line hides. One
+    case stands for all: every entry point reports user errors through the same rankrl.cli wrapper, and the
+    cheapest of them (a missing data folder) stops before torch loads."""
+    cmd = _user_error_command(tmp_path, ["experiment=rankr1/bm25", "paths.data_dir=/nowhere/data"])
     full = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HYDRA_FULL_ERROR": "1"})
-    assert full.returncode != 0 and "Traceback" in full.stderr
+    assert full.returncode != 0 and "Traceback" in full.stderr and "make data" in full.stderr
 
 
 def test_entry_points_import_without_torch():

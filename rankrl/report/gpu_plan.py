@@ -52,6 +52,7 @@ tokenizer (SmolLM2's; Qwen's may differ by ~15%). These are estimates to size a 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -215,6 +216,19 @@ def scaled_cost(cost: dict[str, Any], per_queries: int | None = None) -> dict[st
 # ---------------------------------------------------------------------------------------------------- stages
 
 
+@functools.cache
+def _composed(overrides: tuple[str, ...]) -> Any:
+    """The train config of ``overrides``, composed once: ``rows`` and ``evaluations`` read the same
+    commands, and a schedule's rounds repeat one stage's overrides. Read-only: every caller shares it."""
+    from omegaconf import OmegaConf
+
+    from rankrl.pipeline import compose
+
+    cfg = compose(list(overrides))
+    OmegaConf.set_readonly(cfg, True)
+    return cfg
+
+
 def paper_commands(
     paper: str, entries: tuple[str, ...] = ("rankrl.train", "rankrl.pipeline")
 ) -> list[list[str]]:
@@ -341,13 +355,13 @@ def rows(paper: str, smoke_runs: Path) -> list[Row]:
     from omegaconf import OmegaConf
 
     from rankrl.models import kv_bytes_per_token, paper_parameters
-    from rankrl.pipeline import compose, expand
+    from rankrl.pipeline import expand
 
     stand_ins = smoke_stand_ins(paper)["stand_ins"]
     found: list[Row] = []
     for command in paper_commands(paper):
         overrides, runs = _overrides(command)
-        cfg = compose(overrides)
+        cfg = _composed(tuple(overrides))
         if "rankrl.pipeline" in command:
             plan = [
                 (s.name, s.overrides)
@@ -368,7 +382,7 @@ def rows(paper: str, smoke_runs: Path) -> list[Row]:
         except ValueError:  # an architecture rankrl.models does not record (Qwen3.5's hybrid layers)
             continue
         for name, extra in plan:
-            trainer = (compose([*extra, *overrides]) if extra else cfg).trainer
+            trainer = (_composed((*extra, *overrides)) if extra else cfg).trainer
             sft = str(trainer._target_).endswith("SFTStep")
             length, row.stand_in = _smoke_prompt_len(
                 smoke_runs, cfg.experiment_name, name, swept[0] if swept else None, stand_ins
@@ -421,14 +435,14 @@ def evaluations(paper: str, smoke_runs: Path, gpus: int) -> list[Evaluation | tu
     from omegaconf import OmegaConf
 
     from rankrl.models import kv_bytes_per_token, paper_parameters
-    from rankrl.pipeline import compose, expand
+    from rankrl.pipeline import expand
 
     entries = ("rankrl.train", "rankrl.pipeline", "rankrl.evaluate")
     node = smoke_stand_ins(paper)
     found: list[Evaluation | tuple[str, str, str]] = []
     for command in paper_commands(paper, entries):
         overrides, runs = _overrides(command)
-        cfg = compose(overrides)
+        cfg = _composed(tuple(overrides))
         point = _sweep_point(command)
         folder = f"sweep/benchmark={point}" if point else "seed0"
         if "rankrl.pipeline" in command:
@@ -437,7 +451,7 @@ def evaluations(paper: str, smoke_runs: Path, gpus: int) -> list[Evaluation | tu
         else:
             stages = [(None, [], "rankrl.train" in command)]
         for stage, extra, trains in stages:
-            stage_cfg = compose([*extra, *overrides]) if extra else cfg
+            stage_cfg = _composed((*extra, *overrides)) if extra else cfg
             if not getattr(get_class(stage_cfg.task._target_), "uses_model", True):
                 continue  # no LLM (BM25, raw query, most popular): nothing for a GPU to do
             row = cfg.experiment_name + (f"/{stage}" if stage else "") + (f" ({point})" if point else "")
