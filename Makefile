@@ -120,7 +120,7 @@ reproduce-cogr: setup ## CoGR: every row of PROFILE (cpu: 33 min measured; ABLAT
 reproduce-fgrpo: setup ## F-GRPO: every row of PROFILE (cpu: 78 min measured from a fresh clone, with vLLM), then its tables and figures
 	$(call REPRODUCE,fgrpo)
 
-smoke-paper: smoke-rankr1 smoke-fgrpo smoke-cogr smoke-grape ## the paper profile's path on the CPU: tiny Qwen-shaped models, LoRA, real vLLM (CI; ~15 min)
+smoke-paper: smoke-rankr1 smoke-fgrpo smoke-cogr smoke-grape ## the paper profile's path on the CPU: tiny Qwen-shaped models, LoRA, real vLLM (CI; 24 min measured on 2 slow cores)
 	# every dashboard panel has data in these runs' W&B offline folders (rankrl/report/dashboard.py)
 	$(PY) -m rankrl.report.dashboard paper=all --check-runs $(SMOKE_LOG_DIR)
 
