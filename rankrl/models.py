@@ -322,11 +322,18 @@ def paper_parameters(name: str) -> int:
 
 
 def kv_bytes_per_token(name: str, dtype_bytes: int = 2) -> int:
-    """KV-cache bytes one token of paper model ``name`` takes in vLLM: keys and values of every layer's
-    key-value heads (grouped-query attention), bf16 by default."""
-    c = recorded_architecture(name)
-    head_dim = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
-    return 2 * c["num_hidden_layers"] * c["num_key_value_heads"] * head_dim * dtype_bytes
+    """KV-cache bytes one token of paper model ``name`` takes in vLLM, bf16 by default."""
+    return config_kv_bytes_per_token(recorded_architecture(name), dtype_bytes)
+
+
+def config_kv_bytes_per_token(fields: dict[str, Any], dtype_bytes: int) -> int:
+    """KV-cache bytes one token takes in vLLM for a model with these config fields: keys and values of every
+    layer's key-value heads (grouped-query attention). A multimodal config's text model is the one that
+    decodes."""
+    fields = fields.get("text_config") or fields
+    head_dim = fields.get("head_dim") or fields["hidden_size"] // fields["num_attention_heads"]
+    kv_heads = fields.get("num_key_value_heads") or fields["num_attention_heads"]
+    return 2 * fields["num_hidden_layers"] * kv_heads * head_dim * dtype_bytes
 
 
 def build_tiny_paper(name: str, tokenizer: Any, seed: int = SMOKE_SEED) -> torch.nn.Module:

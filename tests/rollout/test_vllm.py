@@ -134,7 +134,7 @@ def test_push_after_optimizer_steps_makes_the_engine_sample_the_new_policy(smoll
     serves; after the push the engine's log-probs are the new policy's. The first engine is untouched."""
     base, tok = smollm2
     policy = copy.deepcopy(base)
-    second = rv.VLLMEngine(policy, tok, kv_cache_gib=0.5)
+    second = rv.VLLMEngine(policy, tok, kv_cache_gib=0.25)
     torch.manual_seed(3)
     stale = second.generate(PROMPTS, n=2, sampling=T1)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-4)
@@ -162,7 +162,7 @@ def test_updates_that_no_generation_follows_cost_no_push(smollm2):
     and it samples the newest weights."""
     base, tok = smollm2
     policy = copy.deepcopy(base)
-    lazy = rv.VLLMEngine(policy, tok, kv_cache_gib=0.5)
+    lazy = rv.VLLMEngine(policy, tok, kv_cache_gib=0.25)
     pushes = []
     real_rpc = lazy.llm.collective_rpc
 
@@ -192,7 +192,7 @@ def test_lora_policy_is_pushed_merged_and_keeps_its_adapter(smollm2):
             if "lora_B" in name:
                 param.normal_(0, 0.02)  # B starts at zero, which would make the merge invisible
     before = {n: p.detach().clone() for n, p in policy.named_parameters()}
-    lora_engine = rv.VLLMEngine(policy, tok, kv_cache_gib=0.5)  # construction pushes the merged weights
+    lora_engine = rv.VLLMEngine(policy, tok, kv_cache_gib=0.25)  # construction pushes the merged weights
     torch.manual_seed(5)
     out = lora_engine.generate(PROMPTS, n=2, sampling=T1)
     assert max_gap(policy, out, tok.pad_token_id, T1) <= TOLERANCE  # the adapter's outputs
@@ -233,6 +233,7 @@ Path(sys.argv[2], f"rank{rank}.json").write_text(json.dumps(record))
 """
 
 
+@pytest.mark.ranks
 def test_tensor_parallel_group_samples_each_ranks_own_prompts(tmp_path, model_dir):
     """torchrun with 2 CPU ranks and tensor_parallel_size=2: the group runs both ranks' prompts (one and two
     of them), and each rank gets its own rows back, greedy completions equal to the transformers engine's."""
@@ -285,6 +286,21 @@ def test_a_model_vllm_cannot_run_is_reported_at_start(tmp_path, model_dir):
 def test_a_kv_cache_larger_than_memory_names_the_config_key(model_dir):
     with pytest.raises(EnvironmentProblem, match=r"rollout\.kv_cache_gib"):
         rv.VLLMEngine(*load_policy(str(model_dir / "tiny")), kv_cache_gib=4096)
+
+
+def test_cpu_kv_cache_is_sized_to_the_policy(smollm2, model_dir):
+    """With no rollout.kv_cache_gib the CPU cache holds 32k tokens of the policy, at most 1 GiB: SmolLM2
+    keeps its GiB, a tiny model's engine takes the MiB its tokens need (each engine of a process stays for
+    good), and a long context still fits twice. The engine serves a group with that cache."""
+    tiny, tok = load_policy(str(model_dir / "tiny"))
+    tiny_token = 2 * 2 * 1 * 64 * 4  # keys and values x 2 layers x 1 key-value head x head size 64 x float32
+    assert rv.cpu_kv_cache_bytes(smollm2[0], "float32", 4096) == 2**30
+    assert rv.cpu_kv_cache_bytes(tiny, "float32", 4096) == 32_768 * tiny_token
+    assert rv.cpu_kv_cache_bytes(tiny, "float32", 20_000) == 40_000 * tiny_token
+    engine = rv.VLLMEngine(tiny, tok)
+    torch.manual_seed(0)
+    out = engine.generate(PROMPTS[:2], n=4, sampling=T1)
+    assert len(out.texts) == 8 and max_gap(tiny, out, tok.pad_token_id, T1) <= TOLERANCE
 
 
 NUMBA_FIRST = """
