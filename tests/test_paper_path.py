@@ -102,6 +102,7 @@ def _log(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.ranks
 def test_two_ranks_run_a_paper_profile_pipeline_sharded_by_fsdp(tmp_path: Path, model_dir: Path):
     """`NPROC=2` as the reproduce scripts pass it to a pipeline (pipeline_nproc=2): F-GRPO's paper-profile
     pipeline on a tiny Qwen3-4B-shaped model, each training stage on 2 CPU ranks through torchrun (gloo),
