@@ -109,7 +109,7 @@ reproduce: setup ## every paper's reproduction, one after the other (each experi
 	@set -e; for script in experiments/*/reproduce.sh; do echo "=== $$script"; bash $$script; done
 	$(PY) -m rankrl.report paper=all
 
-reproduce-rankr1: setup ## Rank-R1: every row of PROFILE (cpu: 81 min measured at 6320be9), then its tables (experiments/rankr1/README.md)
+reproduce-rankr1: setup ## Rank-R1: every row of PROFILE (cpu: 62-81 min measured from fresh clones), then its tables (experiments/rankr1/README.md)
 	$(call REPRODUCE,rankr1)
 
 reproduce-grape: setup ## GRAPE: the CPU-scale text rows over 3 seeds, tables, paired tests, CPU Fig. 5 (33 min measured)
