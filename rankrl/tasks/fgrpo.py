@@ -649,8 +649,10 @@ class FGRPOTask(TaskBase):
         return self.pools(split, min(cap) if cap else None)
 
     def split_size(self, split: str) -> int:
-        """The queries an evaluation of ``split`` takes without a ``limit`` (``eval_queries`` caps it)."""
-        return len(self.eval_pools(split))
+        """The queries of the whole split, before ``eval_queries`` or a ``limit`` cuts it: what a paper-scale
+        evaluation takes (rankrl.report.gpu_plan scales a smoke evaluation's cost by it; the smoke's
+        ``eval_queries`` would size the paper's evaluations to its few queries)."""
+        return len(self.pools(split))
 
     # -- training
     def train_examples(self) -> list[Example]:

@@ -597,6 +597,9 @@ def test_evaluate_with_an_oracle_and_with_a_slate_that_misses_gold():
     assert bad["R@5"] == 0.0 and bad["miss_slate@5"] == 1.0 and bad["miss_rank@1"] == 0.0
     cost = bad_out["cost"]  # 3 of the split's queries, one LLM prompt each
     assert (cost["queries"], cost["queries_total"], cost["llm_prompts"]) == (3, len(pools), 3)
+    # a scale's eval_queries cap (the smoke's 4) does not shrink the split the GPU plan sizes evaluations by
+    capped = toy_task(eval_queries=2).evaluate({"policy": oracle(prompts)}, "test")["cost"]
+    assert (capped["queries"], capped["queries_total"]) == (2, len(pools)) and len(pools) > 2
     # the per-query values behind the means (per_query.csv), named as the metrics are
     per_query = bad_out["per_query"]
     assert len(per_query) == 3 and {"R@5", "Hit@1", "nDCG@5", "slate_recall"} <= set(per_query.columns)
