@@ -10,7 +10,7 @@
 #   make smoke-grape                     PROFILE=smoke: the image rows on the CPU, a tiny Qwen2.5-shaped rewriter,
 #                                        random-weight CLIPs over ten photographs (task_scale/grape_smoke.yaml)
 cd "$(dirname "$0")/../.."
-# three seeds by default: all of them fit in the time budget (33 min measured from a fresh clone)
+# three seeds by default: all of them fit in the time budget (29-33 min measured from fresh clones)
 SEEDS=${SEEDS:-3}
 source experiments/lib.sh
 
