@@ -48,7 +48,7 @@ SMOKE_LANES ?= rankr1,fgrpo cogr,grape
 INSTALLED := $(VENV)/.rankrl-installed
 MODELS := $(CACHE_DIR)/models/smollm2-135m/config.json $(CACHE_DIR)/models/tiny/config.json
 
-.PHONY: help setup install models data java lint dashboards test test-full dry-run bench reproduce reproduce-rankr1 reproduce-grape pipeline-check reproduce-cogr reproduce-fgrpo smoke-paper smoke-rankr1 smoke-fgrpo smoke-cogr smoke-grape tables clean
+.PHONY: help setup install models data java lint dashboards test test-full dry-run bench reproduce reproduce-rankr1 reproduce-grape pipeline-check reproduce-cogr reproduce-fgrpo smoke-paper smoke-rankr1 smoke-fgrpo smoke-cogr smoke-grape tables settings clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -147,6 +147,9 @@ smoke-cogr: setup ## CoGR's paper pipelines at smoke scale over dl-pools-cpu (~6
 
 tables: install ## rebuild every paper's tables and figures from run folders (reruns nothing; seconds)
 	$(PY) -m rankrl.report paper=all
+
+settings: install ## each paper's settings at PROFILE=paper against the paper: experiments/<paper>/paper_settings.md from its .yaml (seconds)
+	$(PY) -m rankrl.report.paper_settings
 
 clean: ## remove run outputs (keeps the venv, models and data)
 	rm -rf outputs multirun
