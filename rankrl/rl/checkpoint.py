@@ -323,7 +323,10 @@ def resolve_resume_checkpoint(ckpt_root: Path) -> Path | None:
     found, skipped = _scan(ckpt_root)
     if found is None and skipped:
         reasons = "; ".join(f"{p.name}: {why}" for p, why in skipped)
-        raise CheckpointError(f"no intact checkpoint in {ckpt_root} ({reasons})")
+        raise CheckpointError(
+            f"no intact checkpoint in {ckpt_root} ({reasons}); nothing was changed. Restore one, or start "
+            "over with trainer.resume=false (the damaged checkpoints are then kept aside, not deleted)"
+        )
     return found
 
 

@@ -21,7 +21,13 @@ from tqdm.auto import tqdm
 from transformers import get_scheduler
 
 from rankrl import distributed as ddp
-from rankrl.rl.checkpoint import PromptOrder, latest_checkpoint, load_checkpoint, save_checkpoint
+from rankrl.rl.checkpoint import (
+    PromptOrder,
+    latest_checkpoint,
+    load_checkpoint,
+    resolve_resume_checkpoint,
+    save_checkpoint,
+)
 from rankrl.rl.config import TrainerConfig
 from rankrl.rl.steps import NonFiniteLossError, Step, build_step
 from rankrl.tracking import RunLogger
@@ -86,8 +92,11 @@ class TrainLoop:
         )
 
     def maybe_resume(self) -> bool:
-        """Continue from the newest intact checkpoint when ``cfg.resume``; else start from step 0."""
-        ckpt = latest_checkpoint(self.ckpt_root) if self.cfg.resume else None
+        """Continue from the newest intact checkpoint when ``cfg.resume``; else start from step 0.
+
+        A folder whose checkpoints are all damaged raises ``CheckpointError`` (each one named with why)
+        before anything is set aside: starting over there would bury the damage under a new run."""
+        ckpt = resolve_resume_checkpoint(self.ckpt_root) if self.cfg.resume else None
         if ckpt is None:
             self._set_aside_earlier_run()
             return False

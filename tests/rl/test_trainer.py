@@ -200,6 +200,31 @@ def test_corrupted_newest_checkpoint_resumes_from_the_older_one(tmp_path, model_
     assert final[0] == final[1]
 
 
+def test_resume_over_only_damaged_checkpoints_stops_and_sets_nothing_aside(tmp_path, model_dir):
+    """Every checkpoint damaged: `trainer.resume=true` ends with one line naming each and why, exit 2, and
+    neither trains from step 0 nor moves the damaged checkpoints aside (a restart would hide the damage)."""
+    args = ("trainer.save_every=1", "trainer.keep_checkpoints=2", "trainer.keep_checkpoints_when_done=true")
+    args += ("rollout=hf",)  # checkpoints, not the engine
+    first = subprocess.run(_train_cmd(tmp_path, *args, "trainer.max_steps=2"), capture_output=True)
+    assert first.returncode == 0, first.stderr[-3000:]
+    ckpts = sorted((tmp_path / "checkpoints").glob("step_*"))
+    assert [c.name for c in ckpts] == ["step_000001", "step_000002"]
+    for ckpt in ckpts:
+        state = ckpt / "trainer_state.pt"
+        state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
+    log_before = (tmp_path / "train_log.jsonl").read_text()
+    resume = _train_cmd(tmp_path, *args, "trainer.max_steps=4", "trainer.resume=true")
+    out = subprocess.run(resume, capture_output=True, text=True)
+    assert out.returncode == 2, out.stderr[-3000:]
+    error = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    assert "step_000001" in error[0] and "step_000002" in error[0] and "the manifest says" in error[0], error
+    assert "trainer.resume=false" in error[0]  # the way out, which keeps the damaged ones aside
+    assert sorted(p.name for p in tmp_path.glob("checkpoints*")) == ["checkpoints"]  # nothing set aside
+    assert sorted((tmp_path / "checkpoints").glob("step_*")) == ckpts
+    assert (tmp_path / "train_log.jsonl").read_text() == log_before  # no step trained, the log untouched
+
+
 def test_fresh_start_keeps_an_earlier_runs_checkpoints_aside(tmp_path, model_dir):
     for _ in range(2):  # checkpoint folders, not the entry point: the loop decides it
         vowels_loop(model_dir, tmp_path, max_steps=2, save_every=1).train()
