@@ -63,8 +63,9 @@ for b in $ZERO_SHOT; do
   if [[ $b == movielens || $b == lastfm ]]; then row evaluate popularity "$b" "$first"; fi
 done
 for m in $MODELS; do
-  # the paper's lr for Qwen3.5-2B on the QA benchmarks is 2e-6 (5e-6 elsewhere)
-  qa_lr=(); [[ $m == qwen3.5-2b ]] && qa_lr=(trainer.lr=2e-6)
+  # the paper's GRPO lr for Qwen3.5-2B on the QA benchmarks is 2e-6 (5e-6 elsewhere): schedule.grpo_lr
+  # reaches the GRPO stages only (trainer.lr would reach the SFT stage of the F-GRPO pipeline too)
+  qa_lr=(); [[ $m == qwen3.5-2b ]] && qa_lr=(schedule.grpo_lr=2e-6)
   # Zero-shot rows (greedy, no training): one call, then two calls (select, then rank)
   for b in $ZERO_SHOT; do row evaluate zeroshot "$b" "$m"; done
   for b in $ZERO_SHOT; do row evaluate twostep "$b" "$m"; done
