@@ -15,6 +15,7 @@ file that a loader would mistake for data. One status line is printed per source
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import shutil
 import sys
@@ -73,21 +74,22 @@ def copy_shared(shared: Path, target: Path) -> tuple[int, int]:
     return copied, skipped
 
 
-def unpack(archive: Path, target: Path, members: Iterable[str] | None = None) -> None:
-    """Unpack a zip or tar archive into ``target``, dropping a single top-level folder if there is one."""
+def unpack(archive: Path, target: Path, members: Iterable[str] | None = None, flatten: bool = False) -> None:
+    """Unpack a zip or tar archive into ``target``, dropping a single top-level folder if there is one;
+    ``flatten`` writes every file at ``target``'s top, whatever folders the archive puts it in."""
     wanted = set(members) if members is not None else None
     if zipfile.is_zipfile(archive):
         with zipfile.ZipFile(archive) as zf:
             names = [n for n in zf.namelist() if not n.endswith("/")]
             for name, rel in _relative_names(names, wanted):
                 with zf.open(name) as src:
-                    _write_atomically(src, target / rel)
+                    _write_atomically(src, target / (rel.name if flatten else rel))
         return
     with tarfile.open(archive) as tar:
         files = {m.name: m for m in tar.getmembers() if m.isfile()}
         for name, rel in _relative_names(list(files), wanted):
             with tar.extractfile(files[name]) as src:
-                _write_atomically(src, target / rel)
+                _write_atomically(src, target / (rel.name if flatten else rel))
 
 
 def _write_atomically(src: BinaryIO, dest: Path) -> None:
@@ -155,9 +157,10 @@ def prepare_source(
                 skipped += 1
             else:
                 fetch(remote.url, dest)
+                check_sha256(dest, remote.sha256)
                 done.append(remote.name)
             if remote.unpack and not _unpacked(target, remote):
-                unpack(dest, target / remote.into, remote.members)
+                unpack(dest, target / remote.into, remote.members, remote.flatten)
                 _marker(target, remote).write_text(remote.url + "\n")
         except Exception as err:  # noqa: BLE001  (report every file, then fail at the end)
             failed.append((remote, err))
@@ -170,6 +173,19 @@ def prepare_source(
     return f"{source.name}: {'; '.join(parts) or 'nothing to do'}{_note(source)}", ok
 
 
+def check_sha256(path: Path, expected: str | None) -> None:
+    """Delete ``path`` and raise when its SHA-256 is not ``expected`` (None: nothing to check)."""
+    if expected is None:
+        return
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(CHUNK), b""):
+            digest.update(chunk)
+    if digest.hexdigest() != expected:
+        path.unlink()
+        raise ValueError(f"SHA-256 {digest.hexdigest()}, expected {expected}: deleted, download it again")
+
+
 def _present(target: Path, remote: Remote) -> bool:
     """Whether a remote file is already there (an unpacked archive counts even if deleted since)."""
     return (target / remote.name).exists() or _unpacked(target, remote)
@@ -180,7 +196,13 @@ def _marker(target: Path, remote: Remote) -> Path:
 
 
 def _unpacked(target: Path, remote: Remote) -> bool:
-    return remote.unpack and _marker(target, remote).exists()
+    """Unpacked before, and (for a flattened archive) every named member still there: a member added to
+    ``members`` later is unpacked from the archive already downloaded."""
+    if not (remote.unpack and _marker(target, remote).exists()):
+        return False
+    if remote.flatten and remote.members:
+        return all((target / remote.into / m).exists() for m in remote.members)
+    return True
 
 
 def _note(source: Source) -> str:

@@ -26,6 +26,10 @@ class Remote:
         into: sub-folder to unpack into.
         members: unpack only these archive members (file names), None for all.
         optional: a failed download is a warning, not an error (files the loaders can do without).
+        flatten: unpack the members into the folder itself, whatever folders the archive puts them in
+            (an archive whose layout its authors may change; the loaders read ``<folder>/<member>``).
+        sha256: the file's SHA-256, checked after download (a mismatch deletes it and fails): an origin
+            served over plain http is pinned this way.
     """
 
     name: str
@@ -34,6 +38,8 @@ class Remote:
     into: str = ""
     members: tuple[str, ...] | None = None
     optional: bool = False
+    flatten: bool = False
+    sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,19 @@ def github(repo: str, commit: str, path: str) -> str:
 RANK_LLM = ("castorini/rank_llm", "916102c7de2f7348a64427b89300946657997098")
 ANSERINI_TOOLS = ("castorini/anserini-tools", "5b819c1a45c8a0a3ec9426f476694f44a29dfaf3")
 HIPPORAG = ("yhshu/HippoRAG", "c3424ec2093367327ddfe3e9dd8b31c399af12af")
+# MuSiQue v1.0 as its authors distribute it: the Google Drive file linked from the README of
+# github.com/StonyBrookNLP/musique (their download_data.sh fetches the same id with gdown); `confirm=t`
+# skips Drive's page about files too large to scan. The zip holds MuSiQue-Ans and -Full, train/dev/test.
+MUSIQUE_V1_ZIP = "https://drive.usercontent.google.com/download?id=1tGdADlNjWFaHLeZZGShh2IRcpO6Lv24h&export=download&confirm=t"
+# HotpotQA v1 as its authors distribute it (hotpotqa.github.io; the download script of
+# github.com/hotpotqa/hotpot): the training set (distractor paragraphs included) and the distractor dev set.
+# The server speaks plain http, so each file is pinned by the SHA-256 that ParlAI's HotpotQA task pins
+# (facebookresearch/ParlAI, parlai/tasks/hotpotqa/build.py).
+HOTPOTQA_RELEASE = "http://curtis.ml.cmu.edu/datasets/hotpot"
+HOTPOTQA_FILES = {
+    "hotpot_train_v1.1.json": "26650cf50234ef5fb2e664ed70bbecdfd87815e6bffc257e068efea5cf7cd316",
+    "hotpot_dev_distractor_v1.json": "4e9ecb5c8d3b719f624d66b60f8d56bf227f03914f5f0753d6fa1b359d7104ea",
+}
 CIRR = ("Cuberick-Orion/CIRR", "2276fba2d2c53862c8ae79ea18e1f1ae03719f56")
 BRIGHT_HUB = "https://huggingface.co/datasets/xlangai/BRIGHT/resolve/3066d29c9651a576c8aba4832d249807b181ecae"
 
@@ -176,6 +195,31 @@ SOURCES: tuple[Source, ...] = (
         HIPPORAG,
         "data/",
         ("hotpotqa_train.json", "hotpotqa_train_corpus.json"),
+    ),
+    # The full releases, for profile=paper (F-GRPO trains on 10,000 questions and evaluates on samples of
+    # the validation sets: conf/benchmark/{musique,hotpotqa}.yaml `paper_options`). Named by no benchmark,
+    # so only `--only musique-full hotpotqa-full` fetches them: `--only musique` stays the CPU rows' subset.
+    Source(
+        "musique-full",
+        "musique",
+        (),
+        (
+            Remote(
+                "musique_v1.0.zip",
+                MUSIQUE_V1_ZIP,
+                unpack=True,
+                members=("musique_ans_v1.0_train.jsonl", "musique_ans_v1.0_dev.jsonl"),
+                flatten=True,
+            ),
+        ),
+        default=False,
+    ),
+    Source(
+        "hotpotqa-full",
+        "hotpotqa",
+        (),
+        tuple(Remote(f, f"{HOTPOTQA_RELEASE}/{f}", sha256=h) for f, h in HOTPOTQA_FILES.items()),
+        default=False,
     ),
     _flat(
         "movielens-100k",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import shutil
 import stat
 import subprocess
@@ -172,6 +173,46 @@ def test_archives_are_unpacked_once_without_their_top_folder(tmp_path):
     assert prep.prepare(data, None, ["toy"], sources=[source]) == ["toy: skipped 1 files already present"]
 
 
+def test_flattened_members_land_at_the_top_and_a_member_added_later_is_unpacked(tmp_path):
+    """MuSiQue's release zip (musique-full) as its layout might be: members in nested folders are written
+    at the folder's top, where the loader reads them; a member named later comes out of the same zip."""
+    archive = tmp_path / "origin" / "release.zip"
+    archive.parent.mkdir()
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("release_v1/data/a_train.jsonl", "{}\n")
+        zf.writestr("release_v1/data/a_dev.jsonl", "[]\n")
+        zf.writestr("release_v1/other.txt", "x")
+    data = tmp_path / "data"
+
+    def source(*members: str) -> Source:
+        remote = Remote("release.zip", archive.as_uri(), unpack=True, members=members, flatten=True)
+        return Source("toy", "toy", (), (remote,))
+
+    prep.prepare(data, None, ["toy"], sources=[source("a_train.jsonl")])
+    assert sorted(p.name for p in (data / "toy").iterdir() if not p.name.startswith(".")) == [
+        "a_train.jsonl",
+        "release.zip",
+    ]
+    prep.prepare(data, None, ["toy"], sources=[source("a_train.jsonl", "a_dev.jsonl")])
+    assert (data / "toy" / "a_dev.jsonl").read_text() == "[]\n"
+    assert not (data / "toy" / "other.txt").exists()
+
+
+def test_a_download_whose_sha256_differs_is_deleted_and_fails(tmp_path):
+    origin = tmp_path / "origin" / "file.json"
+    origin.parent.mkdir()
+    origin.write_text("[]")
+    good = hashlib.sha256(b"[]").hexdigest()
+    data = tmp_path / "data"
+    bad = Source("toy", "toy", (), (Remote("file.json", origin.as_uri(), sha256="0" * 64),))
+    with pytest.raises(RuntimeError, match="could not prepare toy"):
+        prep.prepare(data, None, ["toy"], sources=[bad])
+    assert not (data / "toy" / "file.json").exists()
+    ok = Source("toy", "toy", (), (Remote("file.json", origin.as_uri(), sha256=good),))
+    prep.prepare(data, None, ["toy"], sources=[ok])
+    assert (data / "toy" / "file.json").read_text() == "[]"
+
+
 def test_unknown_only_name_lists_the_valid_ones(tmp_path):
     with pytest.raises(ValueError, match="dl19"):
         prep.prepare(tmp_path, None, ["dl2019"])
@@ -195,8 +236,8 @@ def test_main_command_line(tmp_path, shared_copy, capsys, offline):
 def test_every_benchmark_has_a_source_and_make_data_filled_the_default_ones(data_dir):
     covered = {b for s in SOURCES for b in s.benchmarks}
     assert set(BENCHMARKS) <= covered
-    for source in SOURCES:  # every pinned origin is an https URL
-        assert all(r.url.startswith("https://") for r in source.remotes), source.name
+    for source in SOURCES:  # every origin is an https URL, or pinned by its SHA-256 (HotpotQA's http server)
+        assert all(r.url.startswith("https://") or r.sha256 for r in source.remotes), source.name
     # A plain `make data` (the shared copy where there is one, else downloads) left every required file.
     missing = [name for name in _shared_copy_files() if not (data_dir / name).is_file()]
     assert missing == [], f"run `make data`: {missing}"

@@ -35,3 +35,41 @@ def test_the_2b_models_qa_learning_rate_reaches_only_the_grpo_stage(benchmark: s
 def test_the_cpu_profile_keeps_its_rates():
     stages = stage_configs(["experiment=fgrpo/fgrpo", "profile=cpu"])
     assert (stages["sft"].trainer.lr, stages["fgrpo"].trainer.lr) == (1e-4, 1e-5)
+
+
+# the official files the paper profile reads (conf/benchmark/<name>.yaml paper_options): train, validation
+RELEASE_FILES = {
+    "musique": ("musique_ans_v1.0_train.jsonl", "musique_ans_v1.0_dev.jsonl"),
+    "hotpotqa": ("hotpot_train_v1.1.json", "hotpot_dev_distractor_v1.json"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RELEASE_FILES))
+def test_paper_profile_reads_the_full_qa_releases_and_the_cpu_and_smoke_rows_the_subsets(name: str):
+    options = {
+        profile: compose(
+            "train", ["experiment=fgrpo/fgrpo", f"profile={profile}", f"benchmark={name}"]
+        ).task.benchmark_options
+        for profile in ("paper", "cpu", "smoke")
+    }
+    assert (options["paper"].file, options["paper"].eval_file) == RELEASE_FILES[name]
+    assert options["paper"].max_questions == 10_000  # Appendix B.2
+    for small in (options["cpu"], options["smoke"]):
+        assert small.file == f"{name}_train.json" and "eval_file" not in small
+
+
+@pytest.mark.parametrize("name", sorted(RELEASE_FILES))
+def test_the_paper_options_load_real_records_in_the_official_format(tmp_path, data_dir, name: str):
+    """The composed paper options (file names, keys) reach the real loader and the task's pool rules hold;
+    only the sizes shrink to what 100 real questions allow."""
+    from rankrl.data import load_benchmark
+    from rankrl.tasks.fgrpo import FGRPOTask
+    from tests.data.test_load_qa import _write_release
+
+    _write_release(tmp_path, data_dir, name)
+    cfg = compose("train", ["experiment=fgrpo/fgrpo", "profile=paper", f"benchmark={name}"])
+    options = {**OmegaConf.to_container(cfg.task.benchmark_options), "max_questions": 40}
+    options |= {"dev_questions": 10, "test_questions": 20}
+    bench = load_benchmark(name, tmp_path, **options)
+    task = FGRPOTask(benchmark=bench, seed=0)
+    assert [len(task.pools(s)) for s in ("train", "dev", "test")] == [40, 10, 20]
