@@ -14,17 +14,25 @@ cut to the most recent ``max_history`` items.
 training data (every user's sequence without its dev and test items): the classic most-popular baseline,
 with no model, on the same pools.
 
-Ordering:
-- MovieLens: chronological by rating timestamp (ties broken by item id).
-- Last.fm has no timestamps (``user_artists.dat`` holds play counts only), so a user's artists
-  are ordered by play count, ascending (ties by artist id): the held-out "next" item is the
-  user's most played artist, predicted from artists they play less. Users with fewer than four
-  artists are skipped (10 of 1,892).
+Ordering (``extra['order']`` of every query says which):
+- MovieLens (``time``): chronological by rating timestamp (ties broken by item id).
+- Last.fm has no listening timestamps: ``user_artists.dat`` holds each user's total play count per artist.
+  - ``order="plays"`` (the CPU rows; the only order the shared copy allows): a user's artists by play
+    count, ascending (ties by artist id): the held-out "next" item is the user's most played artist,
+    predicted from artists they play less. Users with fewer than four artists are skipped (10 of 1,892).
+  - ``order="tags"`` (profile=paper): a user's artists in the order they first tagged them
+    (``user_taggedartists-timestamps.dat`` of the GroupLens release: one row per tag assignment with its
+    time; ties by artist id). It is the only sequence in time that HetRec 2011 has (the F-GRPO paper does
+    not say how its Last.fm sequences were made), but it orders *tagging*, not listening: only the
+    artists a user tagged (a subset of what they played), at the day granularity of the HetRec dates
+    (readme.txt's example: 1238536800000 ms = 1 April 2009, 00:00 CEST, the day of user_taggedartists.dat).
+    Artists absent from ``artists.dat`` are dropped (no name to show).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 
 from rankrl.data.common import keyed_rng, parsing, read_rows, require, sample_negatives
@@ -84,20 +92,31 @@ def load_movielens(
         for user, item, _, timestamp, *_ in _read_flexible(ratings_path, 4):
             events.setdefault(user, []).append((int(timestamp), int(item)))
     sequences = {user: [str(item) for _, item in sorted(ev)] for user, ev in events.items()}
-    return _leave_one_out(name, ratings_path, sequences, items, max_history, num_candidates, seed)
+    return _leave_one_out(name, ratings_path, sequences, items, max_history, num_candidates, seed, "time")
+
+
+LASTFM_ORDERS = ("plays", "tags")
+LASTFM_TAG_TIMES = "user_taggedartists-timestamps.dat"
 
 
 def load_lastfm(
-    data_dir: Path, max_history: int = 20, num_candidates: int = 20, num_tags: int = 5, seed: int = 0
+    data_dir: Path,
+    max_history: int = 20,
+    num_candidates: int = 20,
+    num_tags: int = 5,
+    seed: int = 0,
+    order: str = "plays",
 ) -> Benchmark:
-    """HetRec 2011 Last.fm from ``lastfm-hetrec2011/`` (``user_artists.dat``, ``artists.dat``).
+    """HetRec 2011 Last.fm from ``lastfm-hetrec2011/`` (``artists.dat``; ``user_artists.dat`` or
+    ``user_taggedartists-timestamps.dat`` by ``order``, see the module docstring).
 
     Artist tags come from ``user_taggedartists.dat`` + ``tags.dat`` when present (the GroupLens
     zip has them; the shared copy lacks the tag assignments, so documents are names only there).
     """
     name = "lastfm"
+    if order not in LASTFM_ORDERS:
+        raise ValueError(f"Last.fm order={order!r}; valid: {', '.join(LASTFM_ORDERS)}")
     folder = Path(data_dir) / LASTFM_DIR
-    plays_path = require(folder / "user_artists.dat", name)
     artists_path = require(folder / "artists.dat", name)
     top_tags = _lastfm_top_tags(folder, num_tags)
     items: dict[str, Document] = {}
@@ -105,12 +124,35 @@ def load_lastfm(
         tags = top_tags.get(artist_id, [])
         text = f"{artist} (tags: {', '.join(tags)})" if tags else artist
         items[artist_id] = Document(artist_id, text, artist, {"tags": tags})
-    plays: dict[str, list[tuple[int, int]]] = {}
-    with parsing(plays_path, "play count"):
-        for user, artist_id, weight, *_ in read_rows(plays_path, 3, header=True):
-            plays.setdefault(user, []).append((int(weight), int(artist_id)))
-    sequences = {user: [str(a) for _, a in sorted(p)] for user, p in plays.items()}
-    return _leave_one_out(name, plays_path, sequences, items, max_history, num_candidates, seed)
+    if order == "tags":
+        # the tag-time file is in the GroupLens zip only (source lastfm-tags), not in the shared copy
+        source = require(folder / LASTFM_TAG_TIMES, "lastfm-tags")
+        sequences = _lastfm_tag_sequences(source, items)
+    else:
+        source = require(folder / "user_artists.dat", name)
+        plays: dict[str, list[tuple[int, int]]] = {}
+        with parsing(source, "play count"):
+            for user, artist_id, weight, *_ in read_rows(source, 3, header=True):
+                plays.setdefault(user, []).append((int(weight), int(artist_id)))
+        sequences = {user: [str(a) for _, a in sorted(p)] for user, p in plays.items()}
+    return _leave_one_out(name, source, sequences, items, max_history, num_candidates, seed, order)
+
+
+def _lastfm_tag_sequences(path: Path, items: Mapping[str, Document]) -> dict[str, list[str]]:
+    """user -> the artists they tagged, in the order of each artist's first tag assignment (ties by artist
+    id); artists without an ``artists.dat`` entry are left out."""
+    first: dict[str, dict[int, int]] = {}
+    with parsing(path, "tag assignment"):
+        for user, artist_id, _, timestamp, *_ in read_rows(path, 4, header=True):
+            if artist_id not in items:
+                continue
+            seen = first.setdefault(user, {})
+            artist, time = int(artist_id), int(timestamp)
+            seen[artist] = min(time, seen.get(artist, time))
+    return {
+        user: [str(a) for a, _ in sorted(times.items(), key=lambda kv: (kv[1], kv[0]))]
+        for user, times in first.items()
+    }
 
 
 def _lastfm_top_tags(folder: Path, num_tags: int) -> dict[str, list[str]]:
@@ -136,8 +178,10 @@ def _leave_one_out(
     max_history: int,
     num_candidates: int,
     seed: int,
+    order: str,
 ) -> Benchmark:
-    """One train/dev/test query per user from its ordered item sequence (see the module docstring)."""
+    """One train/dev/test query per user from its ordered item sequence (see the module docstring);
+    ``order`` names the ordering, kept in every query's ``extra['order']``."""
     unknown = {i for seq in sequences.values() for i in seq} - items.keys()
     if unknown:
         raise MalformedDataError(
@@ -161,7 +205,8 @@ def _leave_one_out(
             candidates = [seq[cut], *sample_negatives(rng, pool, set(seq), num_candidates - 1)]
             rng.shuffle(candidates)
             text = "\n".join(items[i].title for i in history)
-            queries[qid] = Query(qid, text, {"user": user, "history": history, "candidates": candidates})
+            extra = {"user": user, "history": history, "candidates": candidates, "order": order}
+            queries[qid] = Query(qid, text, extra)
             qrels[qid] = {seq[cut]: 1}
             splits[split].append(qid)
             run[qid] = {c: float(popularity[c]) for c in candidates}

@@ -237,7 +237,8 @@ SOURCES: tuple[Source, ...] = (
         "hetrec2011-lastfm-2k/",
         ("artists.dat", "tags.dat", "user_artists.dat", "user_friends.dat", "readme.txt"),
     ),
-    # The tag assignments (artist documents with tags) exist only in the GroupLens release.
+    # The tag assignments (artist documents with tags) and their times (the order profile=paper gives a
+    # user's artists: rankrl.data.recsys) exist only in the GroupLens release.
     Source(
         "lastfm-tags",
         "lastfm-hetrec2011",
@@ -247,8 +248,9 @@ SOURCES: tuple[Source, ...] = (
                 "hetrec2011-lastfm-2k.zip",
                 "https://files.grouplens.org/datasets/hetrec2011/hetrec2011-lastfm-2k.zip",
                 unpack=True,
-                members=("user_taggedartists.dat",),
+                members=("user_taggedartists.dat", "user_taggedartists-timestamps.dat"),
                 optional=True,
+                flatten=True,
             ),
         ),
         default=False,

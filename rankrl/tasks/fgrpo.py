@@ -23,9 +23,10 @@ The method, in the order of the paper (arXiv 2605.12995):
 
 Benchmarks (20 candidates each, rules in ``rankrl.data.recsys`` / ``rankrl.data.qa``): MovieLens-100K and
 Last.fm (1 target + 19 items the user never interacted with; leave-one-out: test = last item, dev = the one
-before, train = the one before that; MovieLens by timestamp, Last.fm by play count ascending since it has no
-timestamps), HotpotQA (exactly 2 gold among its 10 paragraphs + 10 corpus passages) and MuSiQue (its 20
-paragraphs, 2-4 gold). QA passages are shown under abstract ids 1..20 after a seeded shuffle.
+before, train = the one before that; MovieLens by timestamp; Last.fm, which has no listening times, by play
+count ascending, or at profile=paper by the time of the user's first tag of each artist), HotpotQA
+(exactly 2 gold among its 10 paragraphs + 10 corpus passages) and MuSiQue (its 20 paragraphs, 2-4 gold).
+QA passages are shown under abstract ids 1..20 after a seeded shuffle.
 
 No official code is public; the prompts below are written from the paper's description (Appendix H/I:
 ``<SLATE>``/``<RANK>`` tags, "up to n", "top k", ids only from the candidate list), and the SFT targets
@@ -78,10 +79,20 @@ DOMAINS = {
         "the artist the user plays most",
         (1, 1),
     ),
+    # Last.fm in the order of the user's first tag of each artist (profile=paper; rankrl.data.recsys)
+    "lastfm:tags": Domain(
+        "artists", "Artists the user tagged, oldest first:", "the artist the user will tag next", (1, 1)
+    ),
     "hotpotqa": Domain("passages", "Question:", "the passages needed to answer the question", (2, 2)),
     "musique": Domain("passages", "Question:", "the passages needed to answer the question", (2, 4)),
 }
 QA_BENCHMARKS = ("hotpotqa", "musique")
+
+
+def domain_key(benchmark: str, order: str | None) -> str:
+    """The ``DOMAINS`` entry of a benchmark's queries: its own, or that of its ordering (``extra['order']``
+    from rankrl.data.recsys) where the prompt must say something else."""
+    return f"{benchmark}:{order}" if f"{benchmark}:{order}" in DOMAINS else benchmark
 
 
 @dataclass(frozen=True)
@@ -98,7 +109,7 @@ class Pool:
     """A context and its candidates, as one prompt shows them; ``gold`` holds the relevant keys."""
 
     uid: str
-    benchmark: str
+    benchmark: str  # its DOMAINS key: the benchmark, or the benchmark and its ordering (``domain_key``)
     context: tuple[str, ...]
     candidates: tuple[Candidate, ...]
     gold: frozenset[str]
@@ -175,7 +186,8 @@ def recsys_pool(
     labels = abstract_ids(len(keys), id_style) if item_ids else _unique_labels(names)
     candidates = tuple(Candidate(k, label, name) for k, label, name in zip(keys, labels, names))
     context = tuple(_cut(bench.corpus[i].title or bench.corpus[i].text, text_chars) for i in history)
-    return Pool(query.qid, bench.name, context, candidates, frozenset(bench.qrels[query.qid]), item_ids)
+    domain = domain_key(bench.name, query.extra.get("order"))
+    return Pool(query.qid, domain, context, candidates, frozenset(bench.qrels[query.qid]), item_ids)
 
 
 def qa_pool(

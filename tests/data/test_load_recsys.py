@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections import defaultdict
 
 import pytest
@@ -142,3 +143,37 @@ def test_popularity_run_counts_training_interactions_only(data_dir, movielens):
     for qid in movielens.splits["test"][:100] + movielens.splits["dev"][:100]:
         candidates = movielens.queries[qid].extra["candidates"]
         assert run[qid] == {c: float(training[c]) for c in candidates}
+
+
+def test_lastfm_tag_order_follows_each_artists_first_tag_time(tmp_path, data_dir):
+    """profile=paper's Last.fm: user_taggedartists-timestamps.dat in the GroupLens layout (the readme's
+    header and millisecond times), the real artists.dat. A user's artists come in the order of their first
+    tag (ties by artist id), artists without a name are dropped, users with fewer than 4 are skipped."""
+    folder = tmp_path / "lastfm-hetrec2011"
+    folder.mkdir()
+    shutil.copyfile(data_dir / "lastfm-hetrec2011" / "artists.dat", folder / "artists.dat")
+    day = 86_400_000
+    rows = [
+        # user 2: artist 52 tagged on days 5 and 1 (first: day 1), 51 on day 2, 60 and 55 both on day 3
+        (2, 52, 13, 5 * day), (2, 52, 14, 1 * day), (2, 51, 13, 2 * day), (2, 60, 7, 3 * day),
+        (2, 55, 7, 3 * day), (2, 99999, 7, 0), (2, 70, 1, 9 * day),
+        (3, 51, 1, day), (3, 52, 1, 2 * day), (3, 53, 1, 3 * day),  # 3 artists: skipped
+    ]  # fmt: skip
+    lines = "".join(f"{u}\t{a}\t{t}\t{ms}\r\n" for u, a, t, ms in rows)
+    write_text(folder / "user_taggedartists-timestamps.dat", "userID\tartistID\ttagID\ttimestamp\r\n" + lines)
+    bench = load_benchmark("lastfm", tmp_path, order="tags")
+    assert {name: len(q) for name, q in bench.splits.items()} == {"train": 1, "dev": 1, "test": 1}
+    test = bench.queries["2-test"]
+    assert test.extra["history"] == ["52", "51", "55", "60"] and bench.qrels["2-test"] == {"70": 1}
+    assert bench.qrels["2-dev"] == {"60": 1} and bench.qrels["2-train"] == {"55": 1}
+    assert test.extra["order"] == "tags" and "99999" not in test.extra["candidates"]
+    assert bench.queries["2-test"].text.splitlines()[0] == bench.corpus["52"].title
+    # the play-count order is still the default, and the file names its fetch command when missing
+    assert load_benchmark("lastfm", data_dir).queries["2-test"].extra["order"] == "plays"
+    from rankrl.data import MissingDataError
+
+    (folder / "user_taggedartists-timestamps.dat").unlink()
+    with pytest.raises(MissingDataError, match="--only lastfm-tags"):
+        load_benchmark("lastfm", tmp_path, order="tags")
+    with pytest.raises(ValueError, match="plays, tags"):
+        load_benchmark("lastfm", data_dir, order="listens")

@@ -73,3 +73,37 @@ def test_the_paper_options_load_real_records_in_the_official_format(tmp_path, da
     bench = load_benchmark(name, tmp_path, **options)
     task = FGRPOTask(benchmark=bench, seed=0)
     assert [len(task.pools(s)) for s in ("train", "dev", "test")] == [40, 10, 20]
+
+
+def test_paper_profile_orders_lastfm_by_tag_time_and_its_prompt_says_so(tmp_path, data_dir):
+    """Last.fm has no listening times; at profile=paper a user's artists come in the order of their first
+    tag (rankrl.data.recsys), and the prompt says what the order is. The CPU and smoke rows keep play
+    counts."""
+    import shutil
+
+    from rankrl.data import load_benchmark
+    from rankrl.tasks.fgrpo import FGRPOTask, factorized_messages
+
+    orders = {
+        p: compose(
+            "train", ["experiment=fgrpo/fgrpo", f"profile={p}", "benchmark=lastfm"]
+        ).task.benchmark_options
+        for p in ("paper", "cpu", "smoke")
+    }
+    assert [orders[p].order for p in ("paper", "cpu", "smoke")] == ["tags", "plays", "plays"]
+    folder = tmp_path / "lastfm-hetrec2011"
+    folder.mkdir()
+    shutil.copyfile(data_dir / "lastfm-hetrec2011" / "artists.dat", folder / "artists.dat")
+    rows = "".join(f"{u}\t{50 + a}\t1\t{(10 - a) * 86_400_000}\n" for u in (2, 3) for a in range(6))
+    (folder / "user_taggedartists-timestamps.dat").write_text("userID\tartistID\ttagID\ttimestamp\n" + rows)
+    bench = load_benchmark("lastfm", tmp_path, **OmegaConf.to_container(orders["paper"]))
+    (pool,) = FGRPOTask(benchmark=bench).pools("test", 1)
+    prompt = factorized_messages(pool)[1]["content"]
+    assert prompt.startswith("Artists the user tagged, oldest first:\n")
+    assert "the artist the user will tag next" in prompt
+    assert bench.qrels[pool.uid] == {"50": 1}  # tagged last (day 10 - 0)
+    cpu = load_benchmark("lastfm", data_dir, **OmegaConf.to_container(orders["cpu"]))
+    (cpu_pool,) = FGRPOTask(benchmark=cpu).pools("test", 1)
+    assert factorized_messages(cpu_pool)[1]["content"].startswith(
+        "Artists the user listened to, least played"
+    )
