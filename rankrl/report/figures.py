@@ -12,6 +12,8 @@ figures.yaml
       - name: rankr1_reward_curve          # -> <out_dir>/rankr1_reward_curve.png and .csv
         title: "Rank-R1 GRPO at CPU scale"  # optional; scale and model are added in a footer from the runs
         columns: 3                          # optional: panels per row (default: all in one row, at most 3)
+        model: qwen3-4b                     # optional: draw only this model's runs, or
+        per_model: true                     #   one figure per model found, named <name>_<model>
         runs:                               # experiment names (metrics.json / config experiment_name)
           - rankr1/warmstart_grpo_dl19      #   a bare name: labelled by its name
           - {experiment: grape/sim_reward, label: similarity reward}   # or with a legend label
@@ -31,7 +33,10 @@ Runs and seeds
 --------------
 Every seed found for an experiment is drawn: one seed as a line; several as their mean (over the seeds that
 logged that step) with a min-max band. Per (experiment, seed) the newest run folder is used, as the tables
-do. A run is found by its ``metrics.json`` or, before it has one (still training, or killed), by its
+do. Without ``model`` or ``per_model`` that is the newest run of any model, so an experiment run for several
+models (a CPU model and the paper's) needs ``model: <name>`` (that model's runs only) or ``per_model: true``
+(one figure per model among the figure's runs, ``<name>_<model>.png``). A run is found by its
+``metrics.json`` or, before it has one (still training, or killed), by its
 ``config.yaml`` / ``.hydra/config.yaml`` (Hydra writes the latter when the run starts); see
 :func:`find_runs`. A run needs a ``train_log.jsonl`` to be drawn.
 
@@ -280,6 +285,8 @@ def load_spec(spec_path: Path) -> list[dict[str, Any]]:
         if figure["name"] in names:
             raise ValueError(f"{spec_path}: figure name {figure['name']!r} is used twice")
         names.add(figure["name"])
+        if figure.get("model") is not None and figure.get("per_model"):
+            raise ValueError(f"{spec_path}: figure {figure['name']!r}: `model` or `per_model`, not both")
         _runs_spec(figure), _panels_spec(figure)
     return figures
 
@@ -456,5 +463,18 @@ def draw_figures(runs: pd.DataFrame, spec_path: Path, out_dir: Path) -> list[Pat
     latest = latest_per_seed(runs)
     written = []
     for figure in figures:
-        written += draw_figure(figure, latest, Path(out_dir))
+        for one, model in per_model_figures(figure, runs):
+            # a model's newest runs, not the newest of any model
+            chosen = latest if model is None else latest_per_seed(runs[runs["model"] == model])
+            written += draw_figure(one, chosen, Path(out_dir))
     return written
+
+
+def per_model_figures(figure: Mapping[str, Any], runs: pd.DataFrame) -> list[tuple[dict[str, Any], Any]]:
+    """(figure, model) pairs to draw: the figure itself (model None: any model's newest runs) or for one
+    ``model``; with ``per_model``, one named ``<name>_<model>`` for each model among the figure's runs."""
+    if not figure.get("per_model"):
+        return [(dict(figure), figure.get("model"))]
+    experiments = {r["experiment"] for r in _runs_spec(figure)}
+    found = runs[runs["experiment"].isin(experiments)]["model"].dropna() if len(runs) else []
+    return [({**figure, "name": f"{figure['name']}_{m}"}, m) for m in sorted(set(found))]

@@ -49,6 +49,7 @@ def make_run(
     created: str = "2026-01-01T00:00:00+00:00",
     paper: str = "demo",
     scale: str = "cpu",
+    model: str = "smollm2-135m",
 ) -> Path:
     """A run folder as train/evaluate leave it: train_log.jsonl, .hydra/config.yaml, and when finished
     config.yaml + metrics.json."""
@@ -56,7 +57,7 @@ def make_run(
     (run / ".hydra").mkdir(parents=True)
     config = (
         f"experiment_name: {experiment}\npaper: {paper}\nseed: {seed}\nscale: {scale}\n"
-        "model:\n  name: smollm2-135m\n  path: ${paths.model_dir}/smollm2-135m\n"
+        f"model:\n  name: {model}\n  path: ${{paths.model_dir}}/{model}\n"
         "output_dir: ${hydra:runtime.output_dir}\n"
     )
     (run / ".hydra" / "config.yaml").write_text(config)
@@ -72,7 +73,7 @@ def make_run(
             "benchmark": "dl19",
             "split": "test",
             "eval_limit": None,
-            "model": "smollm2-135m",
+            "model": model,
             "scale": scale,
             "seed": seed,
             "git_commit": "abc",
@@ -202,6 +203,36 @@ def test_two_runs_compared_in_one_panel(tmp_path):
         mean = data[(data["run"] == label) & (data["panel"] == 1) & (data["line"] == "mean")]
         assert np.allclose(mean["value"], read_log(run)["monitor/nDCG@10"].dropna().to_numpy())
     assert set(data["experiment"]) == {"grape/rank_reward", "grape/sim_reward"}
+
+
+def test_a_figure_with_a_model_draws_that_models_runs_only(tmp_path):
+    """The same experiment run for two models (F-GRPO's sweeps for Qwen3-4B and Qwen3.5-2B): without a
+    model the newest run of either is drawn; a figure per model draws each model's own, never a mix."""
+    runs_dir = tmp_path / "runs"
+    old = make_run(runs_dir, "demo/grpo", model="qwen3-4b", created="2026-01-01T00:00:00+00:00")
+    new = make_run(runs_dir, "demo/grpo", model="qwen3.5-2b", offset=0.5, created="2026-01-02T00:00:00+00:00")
+    figures = [
+        {**CURVE, "name": "any"},
+        {**CURVE, "name": "four", "model": "qwen3-4b"},
+        {**CURVE, "name": "none", "model": "smollm2-135m"},
+        {**CURVE, "name": "each", "per_model": True},
+    ]
+    written = draw_figures(find_runs(runs_dir), write_spec(tmp_path / "f.yaml", figures), tmp_path / "out")
+    assert sorted(p.name for p in written if p.suffix == ".csv") == [
+        "any.csv",
+        "each_qwen3-4b.csv",
+        "each_qwen3.5-2b.csv",
+        "four.csv",
+    ]
+    for name, run in [("any", new), ("four", old), ("each_qwen3-4b", old), ("each_qwen3.5-2b", new)]:
+        mean = pd.read_csv(tmp_path / "out" / f"{name}.csv").query("panel == 1 and line == 'mean'")
+        assert np.allclose(mean["value"], read_log(run)["reward/mean"].to_numpy()), name
+    with pytest.raises(ValueError, match="not both"):
+        draw_figures(
+            find_runs(runs_dir),
+            write_spec(tmp_path / "g.yaml", [{**CURVE, "model": "qwen3-4b", "per_model": True}]),
+            tmp_path / "out",
+        )
 
 
 def test_unfinished_runs_are_found_and_the_newest_per_seed_is_drawn(tmp_path):

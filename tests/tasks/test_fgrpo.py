@@ -729,7 +729,8 @@ def test_reproduce_script_end_to_end_with_the_tiny_model(tmp_path, data_dir, mod
     assert (
         table[table["source"] == "ours"]["method"] == "F-GRPO (from SFT)"
     ).sum() == 3  # cpu, qwen3-4b, qwen3.5-2b
-    assert (report / "fgrpo_training_curves.png").exists() and (report / "relative_gains.md").exists()
+    # one figure per model (figures.yaml per_model)
+    assert (report / "fgrpo_training_curves_tiny.png").exists() and (report / "relative_gains.md").exists()
     again = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and again.stdout.count(": done") >= 10, again.stdout[-2000:]
 
