@@ -2,7 +2,8 @@
 # F-GRPO: every row of its tables that the profile runs, then the tables, figures and relative gains.
 #   make reproduce-fgrpo                 PROFILE=cpu: SmolLM2-135M, every CPU-runnable row (experiments/fgrpo/README.md)
 #   make reproduce-fgrpo PROFILE=paper   the four benchmarks for Qwen3-4B and Qwen3.5-2B (MODELS="..." chooses),
-#                                        the lambda and n sweeps for the first model
+#                                        the lambda and n sweeps for the first model; first fetches the full
+#                                        MuSiQue and HotpotQA releases and Last.fm's tag times (data_step)
 #   make smoke-fgrpo                     PROFILE=smoke: the paper rows of MovieLens on the CPU, a tiny
 #                                        Qwen3-shaped model (BENCHMARKS="..." for more)
 # Run folders, seeds (SEEDS=3), skipping, resuming, FORCE, DRY_RUN, OVERRIDES, NPROC: experiments/lib.sh. REPORT_DIR moves the
@@ -56,6 +57,31 @@ sweep() {  # sweep <model> <name> <key> <prefix> <values>: GRPO runs from the Mo
   "${cmd[@]}"
 }
 
+data_step() {  # data_step: at profile=paper, fetch the data the paper rows read beyond `make data`'s (the full
+  # MuSiQue and HotpotQA releases, Last.fm's tag times: conf/benchmark/<name>.yaml paper_options), then check it
+  local sources=() files=() b
+  for b in $ZERO_SHOT; do
+    case $b in
+      musique) sources+=(musique-full); files+=(musique/musique_ans_v1.0_{train,dev}.jsonl) ;;
+      hotpotqa) sources+=(hotpotqa-full); files+=(hotpotqa/hotpot_{train_v1.1,dev_distractor_v1}.json) ;;
+      lastfm) sources+=(lastfm-tags); files+=(lastfm-hetrec2011/user_taggedartists-timestamps.dat) ;;
+    esac
+  done
+  [[ ${#sources[@]} -eq 0 ]] && return
+  local cmd=("$PY" -m rankrl.data.prepare --data-dir "$DATA" --only "${sources[@]}")
+  if [[ -n "${DRY_RUN:-}" ]]; then echo "${cmd[*]}"; return; fi
+  echo "== [$((SECONDS / 60)) min] data: ${sources[*]}"
+  "${cmd[@]}"
+  local f
+  for f in "${files[@]}"; do
+    if [[ ! -f "$DATA/$f" ]]; then
+      echo "missing $DATA/$f after the data step (see its lines above): ${cmd[*]}" >&2
+      exit 1
+    fi
+  done
+}
+
+if [[ $PROFILE == paper ]]; then data_step; fi
 first=${MODELS%% *}
 # Most popular first, no LLM (recommendation benchmarks only; seconds): what a context-free signal reaches on
 # the very pools every row ranks
