@@ -65,12 +65,15 @@ def search_excluding(
     queries: Mapping[str, str],
     k: int,
     excluded: Mapping[str, Collection[str]],
+    refill: bool = True,
 ) -> Run:
     """Search, drop excluded docids, and still return ``k`` documents per query where the corpus allows.
 
     Asks the retriever for ``k`` plus the largest exclusion list, so dropping never leaves a query short.
+    ``refill=False``: the top ``k`` with the excluded docids dropped, so a query keeps fewer than ``k`` (what
+    a run searched to depth k and then filtered holds).
     """
-    extra = max((len(v) for v in excluded.values()), default=0)
+    extra = max((len(v) for v in excluded.values()), default=0) if refill else 0
     return top_k(drop_excluded(retriever.search(queries, k + extra), excluded), k)
 
 

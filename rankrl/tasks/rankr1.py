@@ -333,15 +333,20 @@ def passage_text(benchmark: Benchmark, docid: str) -> str:
 
 
 def first_stage_ranking(
-    benchmark: Benchmark, qid: str, run_name: str = "bm25", cache_dir: str | Path | None = None
+    benchmark: Benchmark,
+    qid: str,
+    run_name: str = "bm25",
+    cache_dir: str | Path | None = None,
+    refill: bool = True,
 ) -> list[str]:
     """A query's first-stage docids, best first (ties in run order), without its ``excluded_ids``: BRIGHT's
-    rule, applied before reranking as in Rank-R1/bright/filter_run.py."""
+    rule, applied before reranking as in Rank-R1/bright/filter_run.py. A run built here (BRIGHT's BM25, top
+    100) is searched deeper to keep 100 after the exclusion (``refill``), or, as the official search.sh and
+    filter_run.py do, cut at 100 first so the excluded documents leave fewer (``refill=False``)."""
     from rankrl.retrieval.first_stage import ensure_run
 
-    scores = ensure_run(benchmark, run_name, cache_dir=cache_dir).get(
-        qid, {}
-    )  # BRIGHT: BM25 over its documents, built once
+    # BRIGHT: BM25 over its documents, built once
+    scores = ensure_run(benchmark, run_name, cache_dir=cache_dir, refill=refill).get(qid, {})
     query = benchmark.queries.get(qid)
     excluded = set(query.extra.get("excluded_ids", ())) if query else set()
     return [d for d in sorted(scores, key=lambda d: -scores[d]) if d not in excluded]
@@ -449,6 +454,8 @@ class RankR1Task(TaskBase):
         probe_queries: how many training queries ``monitor`` reranks.
         eval_benchmark_options: options of the evaluation benchmark's loader (``conf/benchmark/<name>.yaml``).
         cache_dir: where a first stage built here (BRIGHT's BM25) is cached (``paths.cache_dir``).
+        refill_excluded: a first stage built here keeps ``rerank_depth`` candidates after dropping the
+            excluded ones (true), or the top ``rerank_depth`` less them (false: the official BRIGHT runs).
     """
 
     trains = frozenset({"grpo", "sft"})
@@ -476,6 +483,7 @@ class RankR1Task(TaskBase):
     probe_queries: int = 4
     eval_benchmark_options: dict = field(default_factory=dict)
     cache_dir: str | Path | None = None
+    refill_excluded: bool = True
 
     def __post_init__(self) -> None:
         names = [b if isinstance(b, str) else b.name for b in (self.train_benchmark, self.eval_benchmark)]
@@ -579,7 +587,10 @@ class RankR1Task(TaskBase):
     def _rerank(self, bench: Benchmark, queries: Sequence[Any], generate: Generator) -> dict[str, Any]:
         from rankrl.eval.metrics import scored_run
 
-        firsts = [first_stage_ranking(bench, q.qid, cache_dir=self.cache_dir) for q in queries]
+        firsts = [
+            first_stage_ranking(bench, q.qid, cache_dir=self.cache_dir, refill=self.refill_excluded)
+            for q in queries
+        ]
         jobs = []
         for q, first in zip(queries, firsts):
             docs = [Document(d, self._passage(bench, d)) for d in first[: self.rerank_depth]]

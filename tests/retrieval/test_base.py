@@ -34,6 +34,9 @@ def test_search_excluding_keeps_k_results() -> None:
     full = retriever.search({"q": "apple"}, 6)["q"]
     run = search_excluding(retriever, {"q": "apple"}, 3, {"q": list(full)[:2]})
     assert list(run["q"]) == list(full)[2:5]
+    # no refill: the top 3 less the two excluded, as a depth-3 run filtered afterwards (Rank-R1's BRIGHT)
+    unrefilled = search_excluding(retriever, {"q": "apple"}, 3, {"q": list(full)[:2]}, refill=False)
+    assert list(unrefilled["q"]) == list(full)[2:3]
 
 
 def test_fingerprint_follows_content_order_and_settings() -> None:

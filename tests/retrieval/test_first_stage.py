@@ -44,6 +44,34 @@ def test_bm25_run_is_built_for_a_benchmark_without_one(tmp_path, data_dir):
         assert 3 <= len(ranked) <= 5  # only documents sharing a term with the query are returned
 
 
+def test_without_refill_excluded_documents_leave_their_places_empty(tmp_path, data_dir):
+    """Rank-R1's official BRIGHT candidates (Rank-R1/bright/search.sh then filter_run.py): BM25's top k with
+    each query's excluded_ids dropped afterwards, so a query keeps fewer than k; refill=True (the default)
+    searches deeper and keeps k."""
+    bright = tmp_path / "bright"
+    (bright / "documents").mkdir(parents=True)
+    for name in ("topics.bright-leetcode-original.jsonl.gz", "qrels.bright-leetcode.txt"):
+        shutil.copy(data_dir / "bright" / name, bright / name)
+    queries = list(load_benchmark("bright-leetcode", tmp_path).queries.values())[:3]
+    assert all(q.extra["excluded_ids"] for q in queries)  # LeetCode excludes each problem's own solutions
+    docs = {}
+    for i, q in enumerate(queries):
+        docs[f"doc-{i}"] = q.text
+        docs[q.extra["excluded_ids"][0]] = q.text + " " + q.text  # would rank first if it were not excluded
+    docs.update({f"filler-{i}": f"unrelated filler text number {i}" for i in range(20)})
+    pd.DataFrame({"id": list(docs), "content": list(docs.values())}).to_parquet(
+        bright / "documents" / "leetcode-00000-of-00001.parquet"
+    )
+    bench = load_benchmark("bright-leetcode", tmp_path)
+    refilled = ensure_run(bench, depth=2, cache_dir=tmp_path / "cache")
+    unrefilled = ensure_run(bench, depth=2, cache_dir=tmp_path / "cache", refill=False)
+    assert ensure_run(bench, refill=False) is unrefilled and unrefilled is not refilled
+    for i, q in enumerate(queries):
+        assert q.extra["excluded_ids"][0] not in unrefilled[q.qid]
+        assert list(unrefilled[q.qid]) == [f"doc-{i}"]  # the excluded top document left its place empty
+        assert len(refilled[q.qid]) == 2 and next(iter(refilled[q.qid])) == f"doc-{i}"
+
+
 # ---- cutoff baselines --------------------------------------------------------------------------------------
 
 
