@@ -199,12 +199,24 @@ def test_make_lists_every_paper_row_without_running_one():
         for exp, benchmark in (
             ("setwise", "benchmark=dl19"),
             ("setwise", "benchmark=dl20"),
+            ("rankr1_zeroshot", "benchmark=dl19"),
+            ("rankr1_zeroshot", "benchmark=dl20"),
             ("rankr1_grpo", "benchmark=dl19"),
             ("rankr1_grpo", "benchmark=dl20"),
+            ("setwise_sft_dl19", None),  # trained, then evaluated on DL19
+            ("setwise_sft_dl19", "benchmark=dl20"),  # its policy read on DL20
         ):
             assert any(
                 f"experiment=rankr1/{exp} profile=paper model={model} " in r
                 and (benchmark is None or benchmark in r.split())
                 for r in rows
             ), (exp, benchmark, model)
-    assert sum("experiment=rankr1/rankr1_grpo_bright" in r for r in rows) == 3 * 12  # every BRIGHT task
+    for exp in ("setwise_bright", "rankr1_zeroshot_bright", "setwise_sft_bright", "rankr1_grpo_bright"):
+        assert sum(f"experiment=rankr1/{exp} " in r for r in rows) == 3 * 12, exp  # every BRIGHT task
+    assert sum("experiment=rankr1/bm25_bright " in r for r in rows) == 12
+    # the trained policies are what the out-of-domain rows read
+    assert all(
+        "init_from=" in r
+        for r in rows
+        if "rankr1/setwise_sft_bright" in r or "rankr1/rankr1_grpo_bright" in r
+    )

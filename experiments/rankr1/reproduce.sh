@@ -44,15 +44,23 @@ bright_rows() {  # bright_rows <experiment> <model> [overrides...]: one run per 
 }
 
 paper_rows() {  # paper_rows <model>: Table 1's rows of one model, then its BRIGHT rows (Table 2)
-  local m=$1 policy
+  local m=$1 grpo sft
   trec_dl rankr1/setwise dl19 "$m"
   trec_dl rankr1/setwise dl20 "$m"
-  # GRPO on MS MARCO (smoke: DL20's judged pools), evaluated on DL19; the same policy is then read on DL20
+  trec_dl rankr1/rankr1_zeroshot dl19 "$m"
+  trec_dl rankr1/rankr1_zeroshot dl20 "$m"
   for SEED in $(seeds); do
+    # GRPO on MS MARCO (smoke: DL20's judged pools), evaluated on DL19; the same policy is then read on DL20
     RUN_NAME=rankr1/rankr1_grpo_dl19 run train rankr1/rankr1_grpo "$m" benchmark=dl19 trainer.resume=true
     trec_dl rankr1/rankr1_grpo dl20 "$m" "init_from=$LOG_DIR/rankr1/rankr1_grpo_dl19/$PROFILE-$m/seed$SEED"
+    # the Setwise SFT baseline as train_sft.py runs it (one epoch of MS MARCO's gold labels), DL19, then DL20
+    run train rankr1/setwise_sft_dl19 "$m" trainer.resume=true
+    RUN_NAME=rankr1/setwise_sft_dl20 run evaluate rankr1/setwise_sft_dl19 "$m" benchmark=dl20 \
+      "init_from=$LOG_DIR/rankr1/setwise_sft_dl19/$PROFILE-$m/seed$SEED"
   done
-  SEED=0 policy="init_from=$LOG_DIR/rankr1/rankr1_grpo_dl19/$PROFILE-$m/seed0"  # BRIGHT reads seed 0's policy
+  SEED=0  # BRIGHT reads seed 0's policies
+  grpo="init_from=$LOG_DIR/rankr1/rankr1_grpo_dl19/$PROFILE-$m/seed0"
+  sft="init_from=$LOG_DIR/rankr1/setwise_sft_dl19/$PROFILE-$m/seed0"
   if ! have_bright; then
     echo "== BRIGHT rows ($m) skipped: no documents under $DATA/bright/documents" \
          "(python -m rankrl.data.prepare --data-dir $DATA --only bright)"
@@ -60,7 +68,8 @@ paper_rows() {  # paper_rows <model>: Table 1's rows of one model, then its BRIG
   fi
   bright_rows rankr1/setwise_bright "$m"
   bright_rows rankr1/rankr1_zeroshot_bright "$m"
-  bright_rows rankr1/rankr1_grpo_bright "$m" "$policy"   # the GRPO policy above, out of domain
+  bright_rows rankr1/setwise_sft_bright "$m" "$sft"      # the SFT policy above, out of domain
+  bright_rows rankr1/rankr1_grpo_bright "$m" "$grpo"     # the GRPO policy above, out of domain
 }
 
 case $PROFILE in

@@ -159,7 +159,10 @@ def load_settings(path: Path) -> PaperSettings:
         if not row.keys and not row.test:
             raise ConfigError(f"{where}: a setting of the code (no `keys`) names the `test` that holds it")
         if row.status != "same" and not row.why:
-            raise ConfigError(f"{where}: ours {row.status} the paper: say why (`why:`)")
+            reason = (
+                "ours differs from the paper" if row.status == "differs" else "the paper does not state it"
+            )
+            raise ConfigError(f"{where}: {reason}: say why (`why:`), or `same: true` if it is the paper's")
         rows.append(row)
     if not rows:
         raise ConfigError(f"{path}: no `settings` rows")

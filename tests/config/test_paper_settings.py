@@ -92,10 +92,10 @@ def test_a_key_the_config_lacks_is_reported(tmp_path: Path):
 @pytest.mark.parametrize(
     "row,message",
     [
-        (LR_ROW.format(ours="2e-5"), "differs the paper: say why"),
+        (LR_ROW.format(ours="2e-5"), "differs from the paper: say why"),
         (
             LR_ROW.format(ours=1e-5).replace("paper: 1.0e-5", "paper: not stated"),
-            "not stated the paper: say why",
+            "does not state it: say why",
         ),
         (LR_ROW.format(ours=1e-5).replace("    keys: trainer.lr\n", ""), "names the `test`"),
         (LR_ROW.format(ours=1e-5) + "    unit: steps\n", "unknown field"),
