@@ -14,6 +14,7 @@ figures.yaml
         columns: 3                          # optional: panels per row (default: all in one row, at most 3)
         model: qwen3-4b                     # optional: draw only this model's runs, or
         per_model: true                     #   one figure per model found, named <name>_<model>
+        benchmark: flickr30k-cn             # optional: only runs on this benchmark (a benchmark sweep)
         runs:                               # experiment names (metrics.json / config experiment_name)
           - rankr1/warmstart_grpo_dl19      #   a bare name: labelled by its name
           - {experiment: grape/sim_reward, label: similarity reward}   # or with a legend label
@@ -35,7 +36,9 @@ Every seed found for an experiment is drawn: one seed as a line; several as thei
 logged that step) with a min-max band. Per (experiment, seed) the newest run folder is used, as the tables
 do. Without ``model`` or ``per_model`` that is the newest run of any model, so an experiment run for several
 models (a CPU model and the paper's) needs ``model: <name>`` (that model's runs only) or ``per_model: true``
-(one figure per model among the figure's runs, ``<name>_<model>.png``). A run is found by its
+(one figure per model among the figure's runs, ``<name>_<model>.png``). Likewise an experiment swept over
+benchmarks (GRAPE's, a run folder per benchmark) needs ``benchmark: <name>``: the runs whose metrics.json (or
+config's ``benchmark.name``) names that benchmark. A run is found by its
 ``metrics.json`` or, before it has one (still training, or killed), by its
 ``config.yaml`` / ``.hydra/config.yaml`` (Hydra writes the latter when the run starts); see
 :func:`find_runs`. A run needs a ``train_log.jsonl`` to be drawn.
@@ -70,7 +73,7 @@ from rankrl.runs import METRICS_FILE, SCHEMA
 log = logging.getLogger(__name__)
 
 LOG_FILE = "train_log.jsonl"
-RUN_COLUMNS = ["experiment", "paper", "seed", "scale", "model", "created", "finished", "run_dir"]
+RUN_COLUMNS = ["experiment", "paper", "seed", "scale", "model", "benchmark", "created", "finished", "run_dir"]
 CSV_COLUMNS = ["panel", "series", "run", "experiment", "line", "step", "value"]
 # folders never holding a run's own files: skipped while searching, which keeps the walk fast
 _SKIP_DIRS = {".hydra", "checkpoints", "wandb", "__pycache__", ".git"}
@@ -160,6 +163,7 @@ def _from_config(path: Path) -> dict[str, Any] | None:
         "seed": get("seed"),
         "scale": get("scale"),
         "model": get("model.name"),
+        "benchmark": get("benchmark.name"),
     }
     return info if info["experiment"] else None
 
@@ -174,7 +178,7 @@ def _run_info(folder: Path) -> dict[str, Any] | None:
             record = {}
         if record.get("schema") == SCHEMA and record.get("experiment"):
             return {
-                **{k: record.get(k) for k in ("experiment", "paper", "seed", "scale", "model")},
+                **{k: record.get(k) for k in ("experiment", "paper", "seed", "scale", "model", "benchmark")},
                 "created": record.get("created") or _mtime(metrics),
                 "finished": True,
             }
@@ -460,14 +464,20 @@ def draw_figures(runs: pd.DataFrame, spec_path: Path, out_dir: Path) -> list[Pat
     warning and not written, so only written paths (PNG, then CSV, per figure) are returned.
     """
     figures = load_spec(Path(spec_path))
-    latest = latest_per_seed(runs)
     written = []
     for figure in figures:
-        for one, model in per_model_figures(figure, runs):
+        # a figure of one benchmark draws that benchmark's runs, not the newest of a benchmark sweep
+        pool = runs if figure.get("benchmark") is None else _on_benchmark(runs, figure["benchmark"])
+        latest = latest_per_seed(pool)
+        for one, model in per_model_figures(figure, pool):
             # a model's newest runs, not the newest of any model
-            chosen = latest if model is None else latest_per_seed(runs[runs["model"] == model])
+            chosen = latest if model is None else latest_per_seed(pool[pool["model"] == model])
             written += draw_figure(one, chosen, Path(out_dir))
     return written
+
+
+def _on_benchmark(runs: pd.DataFrame, benchmark: str) -> pd.DataFrame:
+    return runs[runs["benchmark"] == benchmark] if "benchmark" in runs else runs.iloc[0:0]
 
 
 def per_model_figures(figure: Mapping[str, Any], runs: pd.DataFrame) -> list[tuple[dict[str, Any], Any]]:

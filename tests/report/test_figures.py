@@ -50,6 +50,7 @@ def make_run(
     paper: str = "demo",
     scale: str = "cpu",
     model: str = "smollm2-135m",
+    benchmark: str = "dl19",
 ) -> Path:
     """A run folder as train/evaluate leave it: train_log.jsonl, .hydra/config.yaml, and when finished
     config.yaml + metrics.json."""
@@ -58,6 +59,7 @@ def make_run(
     config = (
         f"experiment_name: {experiment}\npaper: {paper}\nseed: {seed}\nscale: {scale}\n"
         f"model:\n  name: {model}\n  path: ${{paths.model_dir}}/{model}\n"
+        f"benchmark:\n  name: {benchmark}\n"
         "output_dir: ${hydra:runtime.output_dir}\n"
     )
     (run / ".hydra" / "config.yaml").write_text(config)
@@ -70,7 +72,7 @@ def make_run(
             "paper": paper,
             "experiment": experiment,
             "task": "rankr1",
-            "benchmark": "dl19",
+            "benchmark": benchmark,
             "split": "test",
             "eval_limit": None,
             "model": model,
@@ -233,6 +235,24 @@ def test_a_figure_with_a_model_draws_that_models_runs_only(tmp_path):
             write_spec(tmp_path / "g.yaml", [{**CURVE, "model": "qwen3-4b", "per_model": True}]),
             tmp_path / "out",
         )
+
+
+@pytest.mark.parametrize("finished", [True, False])
+def test_a_figure_of_one_benchmark_draws_that_benchmarks_runs_only(tmp_path, finished: bool):
+    """An experiment swept over benchmarks (GRAPE's grape_rank, one run folder per benchmark): the paper's
+    Fig. 5 is Flickr30k-CN's run even when another benchmark's finished later, read from metrics.json or,
+    for a run still training, from its config."""
+    runs_dir = tmp_path / "runs"
+    flickr = make_run(runs_dir, "demo/grpo", benchmark="flickr30k-cn", finished=finished)
+    make_run(runs_dir, "demo/grpo", benchmark="cirr", offset=0.5, created="2026-01-02T00:00:00+00:00")
+    figures = [
+        {**CURVE, "name": "fig5", "benchmark": "flickr30k-cn"},
+        {**CURVE, "name": "no", "benchmark": "x"},
+    ]
+    written = draw_figures(find_runs(runs_dir), write_spec(tmp_path / "f.yaml", figures), tmp_path / "out")
+    assert [p.name for p in written if p.suffix == ".csv"] == ["fig5.csv"]  # no run on benchmark x: skipped
+    mean = pd.read_csv(tmp_path / "out" / "fig5.csv").query("panel == 1 and line == 'mean'")
+    assert np.allclose(mean["value"], read_log(flickr)["reward/mean"].to_numpy())
 
 
 def test_unfinished_runs_are_found_and_the_newest_per_seed_is_drawn(tmp_path):
