@@ -26,6 +26,9 @@ here). Its format::
         ours: 1.0e-5                                # what the keys compose to (checked)
         same: true                                  # optional: paper and ours are written differently but
                                                     #   are the same setting (e.g. a derived step count)
+        reading: true                               # optional: the paper's words allow more than one
+                                                    #   setting and ours is one reading of them (why: says
+                                                    #   which reading, with the quote in source)
         why: ...                                    # required where ours differs or the paper is silent
         note: ...                                   # optional (arithmetic, reading)
         code: rankrl/tasks/rankr1.py:first_stage_ranking   # a setting of the code: where it lives
@@ -70,6 +73,7 @@ ROW_KEYS = {
     "source",
     "ours",
     "same",
+    "reading",
     "why",
     "note",
     "code",
@@ -92,6 +96,7 @@ class Row:
     overrides: tuple[str, ...] = ()
     stage: str | None = None
     same: bool | None = None
+    reading: bool = False
     why: str = ""
     note: str = ""
     code: str = ""
@@ -99,9 +104,11 @@ class Row:
 
     @property
     def status(self) -> str:
-        """``same``, ``differs`` or ``not stated`` (the paper is silent)."""
+        """``same``, ``differs``, ``reading`` (one reading of ambiguous words) or ``not stated``."""
         if isinstance(self.paper, str) and self.paper.strip().lower() == NOT_STATED:
             return NOT_STATED
+        if self.reading:
+            return "reading"
         if self.same is not None:
             return "same" if self.same else "differs"
         return "same" if values_equal(self.paper, self.ours) else "differs"
@@ -149,6 +156,7 @@ def load_settings(path: Path) -> PaperSettings:
             overrides=_as_tuple(item.get("overrides")),
             stage=item.get("stage"),
             same=item.get("same"),
+            reading=bool(item.get("reading", False)),
             why=str(item.get("why") or "").strip(),
             note=str(item.get("note") or "").strip(),
             code=str(item.get("code") or ""),
@@ -159,9 +167,11 @@ def load_settings(path: Path) -> PaperSettings:
         if not row.keys and not row.test:
             raise ConfigError(f"{where}: a setting of the code (no `keys`) names the `test` that holds it")
         if row.status != "same" and not row.why:
-            reason = (
-                "ours differs from the paper" if row.status == "differs" else "the paper does not state it"
-            )
+            reason = {
+                "differs": "ours differs from the paper",
+                "reading": "ours is a reading of the paper",
+                NOT_STATED: "the paper does not state it",
+            }[row.status]
             raise ConfigError(f"{where}: {reason}: say why (`why:`), or `same: true` if it is the paper's")
         rows.append(row)
     if not rows:
@@ -346,7 +356,9 @@ def _where(row: Row) -> str:
 
 def render(settings: PaperSettings) -> str:
     """The markdown table of a paper's settings (a pure function of the YAML)."""
-    counts = {s: sum(r.status == s for r in settings.rows) for s in ("same", "differs", NOT_STATED)}
+    counts = {
+        s: sum(r.status == s for r in settings.rows) for s in ("same", "differs", "reading", NOT_STATED)
+    }
     lines = [
         f"# {settings.title}",
         "",
@@ -356,7 +368,8 @@ def render(settings: PaperSettings) -> str:
         "fails when a value differs from the column Ours, or this file from what the generator writes.",
         "",
         f"{len(settings.rows)} settings: {counts['same']} as the paper, {counts['differs']} differ "
-        f"(marked **differs**), {counts[NOT_STATED]} the paper does not state.",
+        f"(marked **differs**), {counts['reading']} read from words that allow more than one setting (marked "
+        f"**reading**), {counts[NOT_STATED]} the paper does not state.",
     ]
     if settings.intro:
         lines += ["", settings.intro]
@@ -372,7 +385,9 @@ def render(settings: PaperSettings) -> str:
             "|---|---|---|---|---|---|",
         ]
         for row in rows:
-            mark = {"same": "", "differs": " **differs**", NOT_STATED: ""}[row.status]
+            mark = {"same": "", "differs": " **differs**", "reading": " **reading**", NOT_STATED: ""}[
+                row.status
+            ]
             why = " ".join(t for t in (row.why, row.note) if t)
             lines.append(
                 "| "

@@ -80,7 +80,7 @@ def test_a_true_row_is_written_as_a_table(tmp_path: Path):
     assert check_rows(load_settings(path), COMPOSER) == []
     text = write_table(path, COMPOSER).read_text()
     assert "| learning rate | 1e-05 | a quote | 1e-05 | `trainer.lr` @ rankr1/rankr1_grpo |  |" in text
-    assert "1 settings: 1 as the paper, 0 differ" in text
+    assert "1 settings: 1 as the paper, 0 differ" in text and "0 read from words" in text
 
 
 def test_a_key_the_config_lacks_is_reported(tmp_path: Path):
@@ -98,6 +98,7 @@ def test_a_key_the_config_lacks_is_reported(tmp_path: Path):
             "does not state it: say why",
         ),
         (LR_ROW.format(ours=1e-5).replace("    keys: trainer.lr\n", ""), "names the `test`"),
+        (LR_ROW.format(ours=1e-5) + "    reading: true\n", "is a reading of the paper: say why"),
         (LR_ROW.format(ours=1e-5) + "    unit: steps\n", "unknown field"),
         (LR_ROW.format(ours=1e-5).replace('    source: "a quote"\n', ""), "missing source"),
     ],
