@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from rankrl.runs import METRICS_FILE, SCHEMA
+from rankrl.runs import METRICS_FILE, PER_QUERY_FILE, SCHEMA
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +25,7 @@ COLUMNS = [
     "eval_limit",
     "git_commit",
     "created",
+    "train_role",
     "metric",
     "value",
     "run_dir",
@@ -72,3 +73,24 @@ def latest_per_cell(runs: pd.DataFrame) -> pd.DataFrame:
         return runs
     keys = [*CELL_KEYS, "seed", "metric"]
     return runs.sort_values("created").groupby(keys, dropna=False, as_index=False).tail(1)
+
+
+RUN_KEY = ["experiment", "benchmark", "model", "scale", "seed"]
+PER_QUERY_KEYS = ["experiment", "benchmark", "scale", "model", "seed", "qid"]
+
+
+def read_per_query(runs: pd.DataFrame) -> pd.DataFrame:
+    """The per-query values of ``runs`` (``collect_runs`` rows): every run folder's ``per_query.csv``, one row
+    per (run, query), keyed by ``PER_QUERY_KEYS``, one column per metric. A run without the file (an older
+    run, or a task without per-query values) has no rows. Values are read back exactly as written."""
+    parts = []
+    for run in runs.drop_duplicates("run_dir").itertuples():
+        path = Path(run.run_dir) / PER_QUERY_FILE
+        if not path.exists():
+            continue
+        table = pd.read_csv(path, dtype={"qid": str}, float_precision="round_trip")
+        keys = {k: getattr(run, k) for k in PER_QUERY_KEYS if k != "qid"}
+        parts.append(table.assign(**keys)[[*PER_QUERY_KEYS, *(c for c in table.columns if c != "qid")]])
+    if not parts:
+        return pd.DataFrame(columns=PER_QUERY_KEYS)
+    return pd.concat(parts, ignore_index=True)

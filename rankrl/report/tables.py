@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from rankrl.report.collect import read_per_query
 from rankrl.report.gains import write_relative_gains
 from rankrl.report.significance import write_comparisons
 
@@ -141,12 +142,16 @@ def metrics_as_columns(runs: pd.DataFrame, benchmark: str) -> pd.DataFrame:
     return cells
 
 
-def write_tables(runs: pd.DataFrame, paper_dir: Path, out_dir: Path) -> list[Path]:
+def write_tables(
+    runs: pd.DataFrame, paper_dir: Path, out_dir: Path, per_query: pd.DataFrame | None = None
+) -> list[Path]:
     """Write ``<name>.md`` and ``<name>.csv`` for every table in ``paper_dir/tables.yaml``.
 
     Every table reports the file's ``metric`` unless it names its own (``metric: R@10``). A table that
     names a ``benchmark`` has metric names as its ``columns`` instead (several metrics of one benchmark).
-    The file's ``comparisons`` are written as ``comparisons.md`` / ``.csv`` (rankrl.report.significance).
+    The file's ``comparisons`` are written as ``comparisons.md`` / ``.csv`` (rankrl.report.significance),
+    from ``per_query`` (``rankrl.report.collect.read_per_query`` rows; by default read from the runs'
+    folders).
     """
     spec = yaml.safe_load((paper_dir / "tables.yaml").read_text())
     published = yaml.safe_load((paper_dir / "published.yaml").read_text()) or {}
@@ -164,9 +169,10 @@ def write_tables(runs: pd.DataFrame, paper_dir: Path, out_dir: Path) -> list[Pat
         # the cells are already formatted strings: tabulate must not re-parse "0.6190" into 0.619
         md_path.write_text(header + frame.to_markdown(index=False, disable_numparse=True) + "\n")
         written += [md_path, csv_path]
-    if spec.get("comparisons"):  # the paired tests of the headline comparisons (rankrl.report.significance)
+    if spec.get("comparisons"):  # the tests of the headline comparisons (rankrl.report.significance)
+        per_query = read_per_query(runs) if per_query is None else per_query
         written += write_comparisons(
-            runs, spec["comparisons"], spec["metric"], out_dir, spec.get("digits", 4)
+            runs, per_query, spec["comparisons"], spec["metric"], out_dir, spec.get("digits", 4)
         )
     written += write_relative_gains(runs, paper_dir, out_dir)  # where the paper publishes gains, not numbers
     return written
