@@ -220,3 +220,44 @@ def test_make_lists_every_paper_row_without_running_one():
         for r in rows
         if "rankr1/setwise_sft_bright" in r or "rankr1/rankr1_grpo_bright" in r
     )
+
+
+def test_make_lists_every_grape_row_and_figure_without_running_one():
+    """`make -n reproduce-grape PROFILE=paper`: every row of the main table and the retriever sizes on the
+    five benchmarks, CIRR's reference captions before CIRR's rows, and the Flickr30k-CN runs Fig. 5 draws."""
+    import yaml
+
+    out = subprocess.run(
+        ["make", "-n", "reproduce-grape", "PROFILE=paper"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "MAKEFLAGS": ""},
+    ).stdout
+    lines = [line for line in out.splitlines() if "-m rankrl." in line]
+    rows = [line for line in lines if "experiment=grape/" in line]
+    for b in ("flickr30k-cn", "cvlue", "xm3600", "wiki-image", "cirr"):
+        for exp in ("raw_query", "zeroshot_rewrite", "grape_rank", "grape_sim", "compress_rewrite"):
+            assert any(f"experiment=grape/{exp} " in r and f"benchmark={b}" in r.split() for r in rows), (
+                exp,
+                b,
+            )
+        for r in ("clip-vit-b32", "clip-vit-l14"):
+            assert any(
+                "grape/grape_rank " in x and f"retriever={r}" in x and f"benchmark={b}" in x for x in rows
+            )
+    captions = next(i for i, line in enumerate(lines) if "-m rankrl.data.images_captions" in line)
+    assert captions < min(i for i, line in enumerate(lines) if "benchmark=cirr" in line.split())
+    assert lines[-1].endswith("-m rankrl.report paper=grape")  # the tables and figures, drawn last
+    # Fig. 5 at paper scale: its figure entry names runs the listing trains, on its benchmark
+    spec = yaml.safe_load((REPO_ROOT / "experiments" / "grape" / "figures.yaml").read_text())
+    (fig5,) = [f for f in spec["figures"] if f["name"] == "grape_fig5_paper"]
+    for run in fig5["runs"]:
+        exp, retriever = run["experiment"].rsplit("/", 1)
+        assert any(
+            f"rankrl.train experiment={exp} " in r
+            and f"retriever={retriever}" in r.split()
+            and f"benchmark={fig5['benchmark']}" in r.split()
+            for r in rows
+        ), run

@@ -4,7 +4,9 @@
 #                                        queries rewritten to retrieve their passages from the 9,658-passage DL
 #                                        corpus with a frozen MiniLM, the SmolLM2-135M rewriter trained on DL20's
 #   make reproduce-grape PROFILE=paper   the main table (CLIP ViT-B/16, five benchmarks) and the retriever sizes
-#                                        (ViT-B/32, ViT-L/14) for the Qwen2.5-3B rewriter (MODELS="..." chooses)
+#                                        (ViT-B/32, ViT-L/14) for the Qwen2.5-3B rewriter (MODELS="..." chooses),
+#                                        CIRR's reference captions first (BLIP-2; CAPTIONER="..." chooses), and
+#                                        Fig. 5 from the Flickr30k-CN runs (figures.yaml, grape_fig5_paper)
 # Run folders, seeds (SEEDS=3), skipping, resuming, FORCE, DRY_RUN, OVERRIDES, NPROC: experiments/lib.sh. MODELS picks the
 # rewriter (tests use tiny); REPORT_OUT writes the tables and figures there instead of experiments/grape/.
 #   make smoke-grape                     PROFILE=smoke: the image rows on the CPU, a tiny Qwen2.5-shaped rewriter,
@@ -41,9 +43,19 @@ one() {  # one <entry> <experiment> <model> <retriever> <benchmark> [overrides..
   RUN_DIR="$LOG_DIR/$exp/$r/$PROFILE-$m/sweep/benchmark=$b" run "$entry" "$exp" "$m" "retriever=$r" "benchmark=$b" "$@"
 }
 
+# CIRR's reference photos enter the text rewriter's prompt as captions written once by an open image-to-text
+# model (rankrl/data/images_captions.py; an existing data/cirr/reference_captions.json is kept)
+CAPTIONER=${CAPTIONER:-Salesforce/blip2-opt-2.7b}
+cirr_captions() {
+  local cmd=("$PY" -m rankrl.data.images_captions --data-dir "$DATA" --model "$CAPTIONER")
+  if [[ -n "${DRY_RUN:-}" ]]; then echo "${cmd[*]}"; return; fi
+  "${cmd[@]}"
+}
+
 paper_rows() {  # paper_rows <model>: the main table (ViT-B/16), then the retriever sizes, one benchmark at a time
   local m=$1 r b words
   for b in $BENCHMARKS; do
+    if [[ $b == cirr ]]; then cirr_captions; fi
     one evaluate grape/raw_query "$m" clip-vit-b16 "$b"
     one evaluate grape/zeroshot_rewrite "$m" clip-vit-b16 "$b"
     one train grape/grape_rank "$m" clip-vit-b16 "$b" trainer.resume=true

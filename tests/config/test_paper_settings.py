@@ -23,6 +23,10 @@ PAPERS = settings_files()
 COMPOSER = Composer()  # one cache of composed configs for the whole module (configs are only read)
 
 
+def test_there_are_settings_tables():
+    assert {"rankr1", "grape"} <= set(PAPERS), PAPERS
+
+
 @pytest.mark.parametrize("paper", sorted(PAPERS))
 def test_every_row_holds_at_paper_profile(paper: str):
     """Every key of every row composes to the row's "ours" under each of its experiments at profile=paper,
