@@ -544,8 +544,8 @@ class GrapeTask(TaskBase):
                     path or "cirr/reference_captions.json",
                     "cirr",
                     hint="CIRR prompts describe the reference image in words (the rewriter here is "
-                    "text-only): write {image id: caption} for CIRR's images with any image captioner "
-                    "into this file",
+                    "text-only): `python -m rankrl.data.images_captions --data-dir <data dir>` writes them "
+                    "with BLIP-2 (make reproduce-grape PROFILE=paper runs it)",
                 )
             self._captions = json.loads(path.read_text())
         reference = query.extra["reference_image"]

@@ -130,5 +130,15 @@ def test_a_missing_image_stops_before_the_model_loads(tmp_path: Path, capsys):
     assert not (tmp_path / "cirr" / "reference_captions.json").exists()
 
 
+def test_without_captions_a_cirr_prompt_names_the_command_that_writes_them(tmp_path: Path):
+    _cirr(tmp_path)
+    clip = {"_target_": "rankrl.retrieval.clip.ClipRetriever", "arch": "ViT-B-16"}
+    task = GrapeTask(
+        "cirr", tmp_path, retriever=clip, reference_captions=tmp_path / "cirr" / "reference_captions.json"
+    )
+    with pytest.raises(MissingDataError, match="python -m rankrl.data.images_captions"):
+        task.messages(task.benchmark("cirr").queries["0"])
+
+
 def test_the_default_captioner_is_blip2():
     assert DEFAULT_CAPTIONER == "Salesforce/blip2-opt-2.7b"
