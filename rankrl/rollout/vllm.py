@@ -14,6 +14,15 @@ platforms; where they differ, the platform decides (``vllm.platforms.current_pla
 - **Sleep.** With ``enable_sleep_mode`` the engine sleeps after each ``generate`` (``sleep(level=1)``:
   weights offloaded, KV cache freed) so the update has the GPU to itself. The CPU platform has no sleep mode;
   the engine then stays awake and says so once.
+- **Two roles on one GPU** (CoGR's query and item policies, F-GRPO's two-step and decoupled baselines): one
+  engine per role, each sleeping and waking only its own memory. vLLM's sleep allocator is one per process
+  and its sleep acts on every allocation it holds, so every call into an engine (its start, a generation,
+  a push, sleep, wake) runs with the allocator narrowed to that engine's allocations
+  (``rankrl.rollout.sleep``). One engine serving both roles was the other choice; it cannot serve roles of
+  different models or fully fine-tuned roles, which these methods have.
+- **Push check.** Every weight the engine holds must be overwritten by a push: vLLM only warns about
+  weights a push did not cover (they would keep serving stale values), so ``_push`` raises
+  ``WeightPushError`` naming them, and names a pushed tensor vLLM's loader has no parameter for.
 - **Memory.** ``kv_cache_gib`` sets the KV cache size directly. On CPU vLLM's ``gpu_memory_utilization`` is
   a share of *host* RAM checked against the whole process's memory, so a second engine (a second role)
   fails to start; the CPU default is therefore an explicit size, sized to the policy
@@ -32,7 +41,9 @@ report the log-prob under the temperature-scaled, top-k/top-p filtered distribut
 
 Randomness: each request carries its own seed, drawn from torch's global RNG at each ``generate`` call. The
 trainer checkpoints that RNG, so a killed-and-resumed run draws the same completions as an unbroken one,
-and the engine's own state (which a restart loses) never decides a sample.
+and the engine's own state (which a restart loses) never decides a sample. Under tensor parallelism the
+ranks of a group run one engine together and must sample alike: each rank draws the seeds of its own
+prompts, and the group gathers them with the prompts, so every rank of it runs the same seeded requests.
 
 vLLM is imported inside this module's functions only: nothing else in rankrl (``rankrl.rl`` least of all)
 imports it.
@@ -47,7 +58,7 @@ import random
 import socket
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -57,6 +68,7 @@ from rankrl.distributed import full_tensor, is_distributed, unwrap
 from rankrl.errors import EnvironmentProblem
 from rankrl.rollout.base import Messages, Rollouts, SamplingParams
 from rankrl.rollout.hf import render_prompts
+from rankrl.rollout.sleep import OwnedAllocations, process_sleep_allocator
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +92,16 @@ CPU_BATCHED_TOKENS = (
 # second role's): engines therefore live as long as the process
 _LIVE_ENGINES: list[Any] = []
 MEMORY_KEYS = "rollout.kv_cache_gib (the KV cache size in GiB) or rollout.gpu_memory_utilization"
+# vLLM's loggers that say what a weight reload did not load (vllm.model_executor.model_loader.reload)
+RELOAD_LOGGERS = (
+    "vllm.model_executor.model_loader.reload.inplace",
+    "vllm.model_executor.model_loader.reload.layerwise",
+)
+
+
+class WeightPushError(RuntimeError):
+    """A weight push left some of the engine's weights as they were, or named a weight it does not have:
+    the engine would sample from a mix of old and new weights."""
 
 
 def check_vllm_available() -> Any:
@@ -165,6 +187,54 @@ def repeat_rows(out: Rollouts, times: int) -> Rollouts:
     )
 
 
+class _Counted:
+    """An iterator that counts what it handed out (to check vLLM's loader took every pushed tensor)."""
+
+    def __init__(self, items: Iterable[tuple[str, torch.Tensor]]) -> None:
+        self.items, self.count, self.exhausted = iter(items), 0, False
+
+    def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
+        return self
+
+    def __next__(self) -> tuple[str, torch.Tensor]:
+        try:
+            item = next(self.items)
+        except StopIteration:
+            self.exhausted = True
+            raise
+        self.count += 1
+        return item
+
+
+class _UnloadedWeights(logging.Handler):
+    """Collects what vLLM reports as not loaded during a reload: the weight names its in-place reload lists
+    (``Following weights were not loaded``) and the layers that loaded nothing (``Failed to load weights``,
+    after ``_ExpectedReloadWarnings`` has dropped the two that every push raises by design)."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.WARNING)
+        self.problems: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "not loaded" in message or "Failed to load weights" in message:
+            self.problems.append(message)
+
+
+@contextmanager
+def reload_problems() -> Iterator[_UnloadedWeights]:
+    """Listen to vLLM's reload loggers for the block; the handler's ``problems`` lists what they said."""
+    handler = _UnloadedWeights()
+    loggers = [logging.getLogger(name) for name in RELOAD_LOGGERS]
+    for logger in loggers:
+        logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
+
+
 def request_seeds(num_prompts: int, n: int) -> list[int]:
     """One seed per prompt, from torch's global RNG (which the trainer checkpoints). vLLM gives sample g of a
     request the seed ``seed + g``, so the seeds of one call lie ``n`` apart and no two samples share one."""
@@ -241,50 +311,58 @@ class VLLMEngine:
         elif cpu:
             llm_kwargs["kv_cache_memory_bytes"] = cpu_kv_cache_bytes(model, dtype, max_model_len)
         self.tp_group = _tp_group(tensor_parallel_size)
+        # this engine's own share of the process's sleep allocator (CUDA with sleep mode only)
+        self.memory = OwnedAllocations(process_sleep_allocator()) if self.sleeps else None
         path = _model_path(model)
-        self.llm = _start_llm(
-            model=path,
-            tokenizer=path,
-            tensor_parallel_size=tensor_parallel_size,
-            gpu_memory_utilization=gpu_memory_utilization,
-            max_model_len=max_model_len,
-            dtype=dtype,
-            enable_sleep_mode=self.sleeps,
-            distributed_executor_backend="external_launcher",
-            logprobs_mode="processed_logprobs",
-            seed=seed + _rank() // tensor_parallel_size,
-            enforce_eager=cpu if enforce_eager is None else enforce_eager,
-            enable_prefix_caching=True,
-            **llm_kwargs,
-        )
-        _LIVE_ENGINES.append(self.llm)
         self._asleep: set[str] = set()
         self._unpushed: torch.nn.Module | None = None  # newer weights, pushed at the next generate
-        self._push(model)  # the policy may already differ from its folder (a resumed checkpoint)
-        self._smoke_test()
+        with self._own_memory():
+            self.llm = _start_llm(
+                model=path,
+                tokenizer=path,
+                tensor_parallel_size=tensor_parallel_size,
+                gpu_memory_utilization=gpu_memory_utilization,
+                max_model_len=max_model_len,
+                dtype=dtype,
+                enable_sleep_mode=self.sleeps,
+                distributed_executor_backend="external_launcher",
+                logprobs_mode="processed_logprobs",
+                seed=seed + _rank() // tensor_parallel_size,
+                enforce_eager=cpu if enforce_eager is None else enforce_eager,
+                enable_prefix_caching=True,
+                **llm_kwargs,
+            )
+            _LIVE_ENGINES.append(self.llm)
+            self._push(model)  # the policy may already differ from its folder (a resumed checkpoint)
+            self._smoke_test()
 
     # ---------------------------------------------------------------- RolloutEngine
     def generate(self, prompts: Sequence[Messages], n: int, sampling: SamplingParams) -> Rollouts:
         """Sample ``n`` completions per prompt; rows are prompt-major (row i*n+g is sample g of prompt i)."""
         start = time.perf_counter()
+        with self._own_memory():
+            out = self._generate(prompts, n, sampling)
+        seconds = time.perf_counter() - start
+        tokens = sum(len(c) for c in out.completion_ids)
+        out.stats = {"tokens": float(tokens), "seconds": seconds, "tokens_per_s": tokens / max(seconds, 1e-9)}
+        return out
+
+    def _generate(self, prompts: Sequence[Messages], n: int, sampling: SamplingParams) -> Rollouts:
         if self._unpushed is not None:
             self._push(self._unpushed)
         self._wake(("weights", "kv_cache"))
-        local_ids = render_prompts(self.tokenizer, prompts, self.chat_template_kwargs)
-        all_ids, share = self._gather_group(local_ids)
         # greedy copies are identical (and vLLM refuses n > 1 without sampling): decode once, repeat the rows
         per_prompt = n if sampling.temperature > 0 else 1
-        params = [
-            self._params(per_prompt, sampling, seed) for seed in request_seeds(len(all_ids), per_prompt)
-        ]
+        local_ids = render_prompts(self.tokenizer, prompts, self.chat_template_kwargs)
+        local = [(ids, seed) for ids, seed in zip(local_ids, request_seeds(len(local_ids), per_prompt))]
+        requests, share = self._gather_group(local)
+        params = [self._params(per_prompt, sampling, seed) for _, seed in requests]
+        all_ids = [ids for ids, _ in requests]
         outputs = self._run([{"prompt_token_ids": ids} for ids in all_ids], params)
         out = repeat_rows(rollouts_from_outputs(all_ids[share], outputs[share], per_prompt), n // per_prompt)
         if self.sleeps:
             self.llm.sleep(level=1)
             self._asleep = {"weights", "kv_cache"}
-        seconds = time.perf_counter() - start
-        tokens = sum(len(c) for c in out.completion_ids)
-        out.stats = {"tokens": float(tokens), "seconds": seconds, "tokens_per_s": tokens / max(seconds, 1e-9)}
         return out
 
     def sync_weights(self, model: torch.nn.Module) -> None:
@@ -294,19 +372,38 @@ class VLLMEngine:
         at the same point (and evaluation generates on the first rank only)."""
         if is_distributed():
             self._unpushed = None
-            self._push(model)
+            with self._own_memory():
+                self._push(model)
         else:
             self._unpushed = model
 
     def _push(self, model: torch.nn.Module) -> None:
         """Copy the policy's weights into the engine (LoRA merged), then drop cached prefixes, whose KV
-        entries were computed with the old weights."""
+        entries were computed with the old weights. ``WeightPushError`` when the push did not cover every
+        weight of the engine, or named one it does not have."""
         self._unpushed = None
         self._wake(("weights",))
-        with merged_lora(unwrap(model)) as policy:
-            self.llm.collective_rpc(
-                "reload_weights",
-                kwargs={"weights_iterator": vllm_named_weights(policy), "is_checkpoint_format": True},
+        with merged_lora(unwrap(model)) as policy, reload_problems() as said:
+            weights = _Counted(vllm_named_weights(policy))
+            try:
+                self.llm.collective_rpc(
+                    "reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True}
+                )
+            except ValueError as err:  # vLLM's loaders: a pushed name with no parameter in the engine
+                # vLLM stopped its layer-by-layer reload half done; finishing it puts back the weights of
+                # the layers not reached (vLLM's reload state is process-wide: left as it is, it breaks the
+                # next reload of any engine in the process)
+                self.llm.collective_rpc(_finish_interrupted_reload)
+                raise WeightPushError(
+                    f"a pushed weight does not map onto the engine's model ({err}); the engine now holds a "
+                    "mix of old and new weights: restart the run once the policy's names map "
+                    "(rankrl.rollout.vllm.vllm_named_weights)"
+                ) from err
+        if said.problems or not weights.exhausted:
+            what = "; ".join(said.problems) or f"vLLM took {weights.count} tensors and left the rest unread"
+            raise WeightPushError(
+                f"the weight push left part of the engine's weights stale ({what}). The policy's names "
+                "(rankrl.rollout.vllm.vllm_named_weights) must cover every weight vLLM's model holds"
             )
         if self.platform.is_cpu():
             self.llm.collective_rpc(_repack_tied_lm_head)
@@ -348,6 +445,10 @@ class VLLMEngine:
                 f"vLLM cannot run this model on the {self.platform.device_name} platform: {err}"
             ) from err
 
+    def _own_memory(self) -> Any:
+        """The block runs with vLLM's sleep allocator narrowed to this engine's memory (``sleep``)."""
+        return self.memory.narrowed() if self.memory is not None else nullcontext()
+
     def _wake(self, tags: Iterable[str]) -> None:
         tags = [t for t in tags if t in self._asleep]
         if tags:
@@ -355,16 +456,16 @@ class VLLMEngine:
             self.llm.wake_up(tags=tags)
             self._asleep -= set(tags)
 
-    def _gather_group(self, ids: list[list[int]]) -> tuple[list[list[int]], slice]:
-        """With tensor parallelism every rank of a group must run the same requests: gather the group's
-        prompts (rank order) and return the slice that belongs to this rank."""
+    def _gather_group(self, requests: list[Any]) -> tuple[list[Any], slice]:
+        """With tensor parallelism every rank of a group must run the same requests, seeds included: gather
+        the group's requests (rank order) and return the slice that belongs to this rank."""
         if self.tp == 1:
-            return ids, slice(None)
+            return requests, slice(None)
         parts: list[Any] = [None] * self.tp
-        torch.distributed.all_gather_object(parts, ids, group=self.tp_group)
+        torch.distributed.all_gather_object(parts, requests, group=self.tp_group)
         me = torch.distributed.get_rank(group=self.tp_group)
         start = sum(len(p) for p in parts[:me])
-        return [row for p in parts for row in p], slice(start, start + len(ids))
+        return [row for p in parts for row in p], slice(start, start + len(requests))
 
 
 class _ExpectedReloadWarnings(logging.Filter):
@@ -415,6 +516,14 @@ def _start_llm(**kwargs: Any) -> Any:
     finally:
         random.setstate(py_state)
         np.random.set_state(np_state)
+
+
+def _finish_interrupted_reload(worker: Any) -> None:
+    """Run inside vLLM's worker: end a layer-by-layer reload that an error stopped half way."""
+    from vllm.model_executor.model_loader.reload.layerwise import finalize_layerwise_reload
+
+    runner = worker.model_runner
+    finalize_layerwise_reload(runner.get_model(), runner.model_config)
 
 
 def _repack_tied_lm_head(worker: Any) -> None:

@@ -202,6 +202,35 @@ def test_lora_policy_is_pushed_merged_and_keeps_its_adapter(smollm2):
     assert not any(getattr(m, "merged", False) for m in policy.modules())
 
 
+@pytest.mark.parametrize(
+    "edit,said",
+    [
+        (lambda named: [(n, t) for n, t in named if "layers.1.input_layernorm" not in n], "not loaded"),
+        (lambda named: [*named, ("model.layers.0.mlp.up_projection.weight", named[1][1])], "does not map"),
+    ],
+    ids=["a weight left out", "a name vLLM lacks"],
+)
+def test_a_push_that_misses_a_weight_or_names_an_unknown_one_raises(model_dir, monkeypatch, edit, said):
+    """vLLM only warns when a reload leaves weights as they were (they keep serving stale values): the push
+    raises, naming them. Measured on vLLM 0.32's CPU engine: the left-out norm is reported by name."""
+    policy, tok = load_policy(str(model_dir / "tiny"))
+    engine = rv.VLLMEngine(policy, tok, kv_cache_gib=0.05)
+    real = rv.vllm_named_weights
+    monkeypatch.setattr(rv, "vllm_named_weights", lambda model: iter(edit(list(real(model)))))
+    engine.sync_weights(policy)
+    with pytest.raises(rv.WeightPushError, match=said) as err:
+        engine.generate(PROMPTS[:1], n=1, sampling=GREEDY)
+    if "not loaded" in said:  # a push that loaded what it had: a whole push afterwards goes through
+        assert "model.layers.1.input_layernorm.weight" in str(err.value)
+        monkeypatch.setattr(rv, "vllm_named_weights", real)
+        engine.sync_weights(policy)
+        assert engine.generate(PROMPTS[:1], n=1, sampling=GREEDY).texts
+    else:  # vLLM stops the reload at the name, half done: the error says to restart the run
+        assert "up_projection" in str(err.value) and "restart" in str(err.value)
+        # the half-done reload was finished (vLLM's reload state is process-wide): engines still generate
+        assert engine.generate(PROMPTS[:1], n=1, sampling=GREEDY).texts
+
+
 def test_sleep_and_wake_surround_each_generation(engine, smollm2, monkeypatch):
     """The CPU platform has no sleep mode, so the engine never sleeps there (checked first); the GPU
     sequencing is checked by recording the real engine's sleep/wake calls with sleep switched on."""
@@ -263,6 +292,44 @@ def test_tensor_parallel_group_samples_each_ranks_own_prompts(tmp_path, model_di
             r["prompts"], n=2, sampling=SamplingParams(max_new_tokens=8, temperature=0.0)
         )
         assert r["prompt_ids"] == want.prompt_ids and r["ids"] == want.completion_ids
+
+
+TP_SAMPLING_SCRIPT = """
+import json, sys, torch, torch.distributed as dist
+from pathlib import Path
+from rankrl.models import load_policy
+from rankrl.rollout.base import SamplingParams
+from rankrl.rollout.vllm import VLLMEngine
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+engine = VLLMEngine(*load_policy(sys.argv[1]), tensor_parallel_size=2, kv_cache_gib=0.2)
+torch.manual_seed(100 + rank)  # as rankrl.train seeds each rank (seed + rank): the ranks' RNGs differ
+runs = []
+real_run = engine._run
+engine._run = lambda requests, params: runs.append([p.seed for p in params]) or real_run(requests, params)
+prompts = [[{"role": "user", "content": f"rank {rank}: name a colour"}]]
+out = engine.generate(prompts, n=2, sampling=SamplingParams(max_new_tokens=8, temperature=1.0))
+Path(sys.argv[2], f"rank{rank}.json").write_text(json.dumps({"seeds": runs, "ids": out.completion_ids}))
+"""
+
+
+@pytest.mark.ranks
+def test_tensor_parallel_ranks_sample_with_the_same_seeds(tmp_path, model_dir):
+    """Two torchrun ranks of one tensor-parallel group whose torch RNGs differ (each training rank is seeded
+    apart): the group runs the same requests with the same seeds on both ranks, so they sample alike, and
+    each rank's own prompt gets the seeds its own RNG drew."""
+    script = tmp_path / "tp_sampling.py"
+    script.write_text(TP_SAMPLING_SCRIPT)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", str(script)]
+    out = subprocess.run(
+        [*cmd, str(model_dir / "tiny"), str(tmp_path)], capture_output=True, text=True, timeout=400
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    results = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    assert results[0]["seeds"] == results[1]["seeds"]  # one generate: the group's two requests
+    (group_seeds,) = results[0]["seeds"]
+    assert len(group_seeds) == 2 and group_seeds[0] != group_seeds[1]
+    assert all(len(r["ids"]) == 2 for r in results)
 
 
 # ------------------------------------------------------------------ what it says when it cannot run
