@@ -1,5 +1,9 @@
-"""Data parallelism through torch.distributed (launched by ``torchrun``, or as the tasks of a SLURM job;
-gloo on CPU, nccl on GPU).
+"""Data parallelism through torch.distributed (launched by ``torchrun``, or as the tasks of a SLURM job).
+
+The process group has one backend per device type (``process_group_backend``): gloo for CPU tensors
+everywhere, NCCL for CUDA tensors where there is a GPU, as veRL's workers start theirs. The trainer's own
+collectives (rewards, token counts, barriers around checkpoints) pass small CPU tensors, which NCCL alone
+rejects; FSDP's go over NCCL.
 
 Each rank samples its own share of the prompts and generates their completions. Two strategies average the
 gradients over ranks:
@@ -52,10 +56,15 @@ def init_from_env() -> None:
         # the user is the one submitit reads); every GPU of the node stays visible, LOCAL_RANK picks its own
         TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        dist.init_process_group(backend=backend)
-        if torch.cuda.is_available():
+        if torch.cuda.is_available():  # before the group starts: NCCL binds each rank to its current device
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group(backend=process_group_backend())
+
+
+def process_group_backend() -> str:
+    """gloo alone on a CPU machine; with a GPU, gloo for CPU tensors and NCCL for CUDA tensors in one group
+    (torch dispatches each collective by its tensors' device)."""
+    return "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
 
 
 def slurm_tasks() -> int:

@@ -257,3 +257,54 @@ def test_one_python_in_a_slurm_allocation_is_not_a_rank(monkeypatch):
     assert ddp.slurm_tasks() == 0
     monkeypatch.setenv("SUBMITIT_EXECUTOR", "slurm")
     assert ddp.slurm_tasks() == 8
+
+
+# NCCL as a GPU machine's ranks meet it: a backend for CUDA tensors only, so every collective on CPU tensors
+# is refused (torch: "No backend type associated with device type cpu"; NCCL itself: "Tensors must be CUDA").
+# Stood in for by torch's own no-op process group registered for the cuda device alone.
+def _register_emulated_nccl() -> None:
+    from torch._C._distributed_c10d import FakeProcessGroup
+
+    if "emulated_nccl" not in dist.Backend.backend_list:
+        dist.Backend.register_backend(
+            "emulated_nccl",
+            lambda common, options: FakeProcessGroup._create_internal(
+                common.group_rank, common.group_size, options
+            ),
+            extended_api=True,
+            devices=["cuda"],
+        )
+
+
+def _gpu_machine_worker(rank: int, world: int, port: int, out: str) -> None:
+    """A rank of a multi-GPU run as ``init_from_env`` starts it, with NCCL emulated; then the trainer's
+    collectives on the CPU tensors it gives them."""
+    _register_emulated_nccl()
+    real_init = dist.init_process_group
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0"
+    )
+    torch.cuda.is_available = lambda: True
+    torch.cuda.set_device = lambda device: None
+    dist.init_process_group = lambda backend, **kw: real_init(backend.replace("nccl", "emulated_nccl"), **kw)
+    torch.set_num_threads(1)
+    try:
+        ddp.init_from_env()
+        rows = ddp.gather_rows(torch.tensor([[float(rank)], [rank + 0.5]]))
+        total = ddp.global_sum(rank + 1.0)
+        ddp.barrier()
+        if rank == 0:
+            torch.save({"rows": rows, "total": total}, out)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.ranks
+def test_collectives_of_cpu_tensors_work_on_a_gpu_machines_process_group(tmp_path: Path):
+    """Two ranks whose process group is built as on GPUs, NCCL emulated by a backend that refuses CPU
+    tensors: the rewards gather and the token count still run (over gloo, beside NCCL), with the right
+    values. With NCCL as the only backend, as before, the first collective failed."""
+    out = tmp_path / "collectives.pt"
+    mp.spawn(_gpu_machine_worker, args=(2, _free_port(), str(out)), nprocs=2)
+    got = torch.load(out)
+    assert got["rows"].flatten().tolist() == [0.0, 0.5, 1.0, 1.5] and got["total"] == 3.0
