@@ -192,6 +192,26 @@ FIXTURE_DATA: dict[str, Callable[[Path], None]] = {
 }
 
 
+def _minilm(folder: Path) -> Path:
+    from rankrl.retrieval.dense import bundled_minilm_path
+
+    return bundled_minilm_path()
+
+
+def _tiny_splade(folder: Path) -> Path:
+    from tests.retrieval.test_splade import build_tiny_splade
+
+    return build_tiny_splade(folder / "tiny-splade")
+
+
+# Retrievers whose weights exist only on the model hub (CoGR's paper-scale baselines): the same code path
+# with weights this machine has (MiniLM for the 4B embedding model, a tiny random SPLADE): never numbers
+HUB_RETRIEVER_STAND_INS: dict[str, Callable[[Path], Path]] = {
+    "qwen3-embedding-4b": _minilm,
+    "splade-v2": _tiny_splade,
+}
+
+
 def evaluation_config(experiment: str, tmp_path: Path, model_dir: Path, fixture: bool | None = None):
     """The experiment's evaluate config cut to one query of the tiny model; with ``fixture`` (default: when
     ``FIXTURE_DATA`` has its benchmark) its data folder is the fixture under tmp_path, written here, with the
@@ -221,6 +241,9 @@ def evaluation_config(experiment: str, tmp_path: Path, model_dir: Path, fixture:
         if "pretrained" in cfg.retriever:  # CLIP: no weights on the build machines
             # random weights (the retriever configs' `pretrained: null`): checks the code path, never numbers
             overrides.append("retriever.pretrained=null")
+        if cfg.retriever.get("name") in HUB_RETRIEVER_STAND_INS:  # paper-scale encoders: hub weights only
+            stand_in = HUB_RETRIEVER_STAND_INS[cfg.retriever.name](tmp_path / "models")
+            overrides.append(f"retriever.model_path={stand_in}")
         cfg = compose("evaluate", overrides)
         assert cfg.task.data_dir == str(data)
     OmegaConf.update(cfg, "paths.output_dir", str(tmp_path / "run"))

@@ -52,8 +52,19 @@ def write_json_collection(docs: Sequence[Document], folder: Path) -> Path:
     return path
 
 
-def run_anserini_indexer(collection_dir: Path, index_dir: Path, threads: int) -> None:
-    """Index a JsonCollection folder with Anserini's default English analyzer (Porter stemming, stopwords)."""
+BM25_INDEX_OPTIONS = ("-storePositions", "-storeDocvectors", "-storeRaw")
+
+
+def run_anserini_indexer(
+    collection_dir: Path,
+    index_dir: Path,
+    threads: int,
+    collection: str = "JsonCollection",
+    options: Sequence[str] = BM25_INDEX_OPTIONS,
+) -> None:
+    """Index a collection folder with Anserini: by default a JsonCollection with its default English analyzer
+    (Porter stemming, stopwords); ``collection="JsonVectorCollection"`` with ``-impact -pretokenized``
+    indexes learned term weights as they are (SPLADE: rankrl.retrieval.splade)."""
     home = configure_java()
     cmd = [
         str(home / "bin" / "java"),
@@ -61,12 +72,12 @@ def run_anserini_indexer(collection_dir: Path, index_dir: Path, threads: int) ->
         "-cp",
         str(anserini_jar()),
         "io.anserini.index.IndexCollection",
-        "-collection", "JsonCollection",
+        "-collection", collection,
         "-generator", "DefaultLuceneDocumentGenerator",
         "-input", str(collection_dir),
         "-index", str(index_dir),
         "-threads", str(threads),
-        "-storePositions", "-storeDocvectors", "-storeRaw",
+        *options,
     ]  # fmt: skip
     log.info("indexing: %s", " ".join(cmd))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy(), check=False)

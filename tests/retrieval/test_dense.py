@@ -62,3 +62,33 @@ def test_search_score_is_the_cosine(dense) -> None:
 def test_unknown_target_is_named(dense) -> None:
     with pytest.raises(KeyError, match="nope"):
         dense.rank_of(["x"], ["nope"])
+
+
+def test_a_query_prompt_reaches_queries_only_and_model_kwargs_reach_the_model(dense) -> None:
+    """The paper-scale dense baseline (Qwen3-Embedding-4B) puts an instruction before each query, never
+    before a document, and loads in bfloat16: both paths on the bundled MiniLM."""
+    import torch
+
+    from rankrl.retrieval.dense import DenseRetriever
+
+    prompt = "Instruct: Given a product search query, retrieve relevant products\nQuery:"
+    prompted = DenseRetriever(DOCS, query_prompt=prompt, model_kwargs={"dtype": "bfloat16"})
+    assert next(prompted.model[0].auto_model.parameters()).dtype == torch.bfloat16
+    text, target = PARAPHRASES["q-flea"]
+    q = prompted.model.encode([prompt + text], normalize_embeddings=True)[0]
+    d = prompted.model.encode([DOCS[2].text], normalize_embeddings=True)[0]  # no prompt on documents
+    assert DOCS[2].docid == target
+    score = prompted.search({"q": text}, k=len(DOCS))["q"][target]
+    assert score == pytest.approx(float(q @ d), abs=2e-3)  # bfloat16: vectors move with batch padding
+    plain = dense.search({"q": text}, k=len(DOCS))["q"][target]
+    assert abs(score - plain) > 1e-3  # the instruction changed the query's vector
+
+
+def test_a_dense_model_not_on_this_machine_stops_with_the_fetch(monkeypatch) -> None:
+    from rankrl.models import ModelNotAvailableError
+    from rankrl.retrieval.dense import DenseRetriever
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelNotAvailableError, match="hf download Qwen/Qwen3-Embedding-4B") as err:
+        DenseRetriever(model_path="Qwen/Qwen3-Embedding-4B")
+    assert "\n" not in str(err.value)
