@@ -261,3 +261,106 @@ def test_make_lists_every_grape_row_and_figure_without_running_one():
             and f"benchmark={fig5['benchmark']}" in r.split()
             for r in rows
         ), run
+
+
+def _dry_run(paper: str) -> list[str]:
+    """The `-m rankrl.*` lines the reproduce script prints under `make -n reproduce-<paper> PROFILE=paper`,
+    in order (after make's own setup recipes)."""
+    out = subprocess.run(
+        ["make", "-n", f"reproduce-{paper}", "PROFILE=paper"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "MAKEFLAGS": ""},
+    ).stdout.splitlines()
+    script = next(i for i, line in enumerate(out) if f"bash experiments/{paper}/reproduce.sh" in line)
+    assert "DRY_RUN=1 " in out[script]
+    return [line for line in out[script + 1 :] if "-m rankrl." in line]
+
+
+def _benchmark_configs() -> dict[str, str]:
+    """A benchmark's short name (run folders) -> its conf/benchmark file."""
+    import yaml
+
+    files = (REPO_ROOT / "conf" / "benchmark").glob("*.yaml")
+    configs = {p.stem: yaml.safe_load(p.read_text()) for p in files}
+    return {c["short"]: name for name, c in configs.items() if "short" in c}
+
+
+def _makes(lines: list[str], experiment: str, model: str | None, paper: str) -> bool:
+    """Whether a listed command writes the run folder of ``experiment`` (a table cell's or a figure's name:
+    <paper>/<method>_<short>[/<stage>], or a sweep point <paper>/sweep_<axis>/<point>) for ``model``."""
+    parts = experiment.split("/")
+    chosen = [line for line in lines if model is None or f"model={model}" in line.split()]
+    if parts[1].startswith("sweep_"):  # F-GRPO's multiruns: task.lam=0.5,2 writes sweep_lam/lam0.5 ...
+        key = {"sweep_lam": "task.lam", "sweep_n": "task.slate_size"}[parts[1]]
+        value = parts[2].removeprefix("lam").removeprefix("n")
+        return any(
+            a.startswith(f"{key}=") and value in a.partition("=")[2].split(",")
+            for line in chosen
+            for a in line.split()
+        )
+    method, _, short = parts[1].rpartition("_")
+    entry = "rankrl.pipeline" if len(parts) == 3 else "rankrl.evaluate"
+    benchmark = f"benchmark={_benchmark_configs()[short]}"
+    return any(
+        entry in line and f"experiment={paper}/{method}" in line.split() and benchmark in line.split()
+        for line in chosen
+    )
+
+
+def test_make_lists_every_fgrpo_row_and_figure_without_running_one():
+    """`make -n reproduce-fgrpo PROFILE=paper`: the data step first (the full QA releases, Last.fm's tag
+    times), then every cell of every table and every run of every figure for both paper models, Qwen3.5-2B's
+    QA learning rate on its GRPO pipelines only, and the report last."""
+    import yaml
+
+    lines = _dry_run("fgrpo")
+    assert "-m rankrl.data.prepare" in lines[0]
+    assert {"musique-full", "hotpotqa-full", "lastfm-tags"} <= set(lines[0].split())
+    assert lines[-1].endswith("-m rankrl.report paper=fgrpo")
+    models = ("qwen3-4b", "qwen3.5-2b")
+    spec = yaml.safe_load((REPO_ROOT / "experiments" / "fgrpo" / "tables.yaml").read_text())
+    for table in spec["tables"]:
+        for row in table["rows"]:
+            if "popularity" in row["experiment"]:  # no LLM: one run, whatever model names its folder
+                assert _makes(lines, row["experiment"], None, "fgrpo"), (table["name"], row)
+                continue
+            for model in [row["model"]] if "model" in row else models:
+                if model in models:
+                    assert _makes(lines, row["experiment"], model, "fgrpo"), (table["name"], row, model)
+    figures = yaml.safe_load((REPO_ROOT / "experiments" / "fgrpo" / "figures.yaml").read_text())["figures"]
+    for figure in figures:  # drawn per model; the sweeps run for the first model (the paper's ablation)
+        sweep = any("sweep_" in r["experiment"] for r in figure["runs"])
+        for model in models[:1] if sweep else models:
+            for run in figure["runs"]:
+                assert _makes(lines, run["experiment"], model, "fgrpo"), (figure["name"], run, model)
+    qa = [
+        line for line in lines if "model=qwen3.5-2b" in line and ("=hotpotqa" in line or "=musique" in line)
+    ]
+    for line in qa:
+        trains_grpo = "rankrl.pipeline" in line and "experiment=fgrpo/decoupled" not in line
+        assert ("schedule.grpo_lr=2e-6" in line.split()) == trains_grpo, line
+    assert not any("trainer.lr=" in line for line in lines)
+
+
+def test_make_lists_every_cogr_row_without_running_one():
+    """`make -n reproduce-cogr PROFILE=paper`: WANDS fetched first, then every WANDS cell of the main table
+    and the ablations for both paper models, the 4B dense and SPLADE-v2 baselines among them."""
+    import yaml
+
+    lines = _dry_run("cogr")
+    assert "-m rankrl.data.prepare" in lines[0] and lines[0].split()[-2:] == ["--only", "wands"]
+    assert lines[-1].endswith("-m rankrl.report paper=cogr")
+    spec = yaml.safe_load((REPO_ROOT / "experiments" / "cogr" / "tables.yaml").read_text())
+    cells = [
+        row["experiments"]["wands"]
+        for t in spec["tables"]
+        for row in t["rows"]
+        if "wands" in row["experiments"]
+    ]
+    assert {"cogr/dense4b_cutoff_wands", "cogr/splade_cutoff_wands"} <= set(cells)
+    for model in ("qwen3-4b-instruct", "qwen3-1.7b"):
+        for experiment in cells:
+            assert _makes(lines, experiment, model, "cogr"), (experiment, model)
