@@ -318,7 +318,8 @@ def llm_judge(generate: Generator, reasoning: bool = True, shuffle: bool = True,
 
 # ---- 4. Training data --------------------------------------------------------------------------------------
 
-CONSTRUCTIONS = ("msmarco", "judged_pool")
+CONSTRUCTIONS = ("msmarco", "judged_pool", "other_queries", "query_echo")
+EVAL_PROTOCOLS = ("heapsort", "prompts")
 
 
 def passage_text(benchmark: Benchmark, docid: str) -> str:
@@ -380,6 +381,13 @@ def setwise_training_examples(
       * ``judged_pool`` (DL20-judged-pool deviation, for CPU scale here, where MS MARCO train is not
         reachable): the pool is a DL20 query's judged BM25 top-100; one prompt per relevant passage
         (grade >= 2) in it, with c-1 negatives of the same pool; c = 5 at CPU scale. DL19 stays unseen.
+      * ``other_queries`` (a positive control, not the paper's task): the positives of ``judged_pool``,
+        but the c-1 negatives are drawn from the OTHER queries' pools (never a passage of the query's own
+        pool or judged for it), so they are off topic and the positive is the one passage that shares the
+        query's words: a signal a small model can learn, where same-pool negatives may be beyond it.
+      * ``query_echo`` (the easiest rung of that control): as ``other_queries``, but the gold candidate
+        shows the query's own text in place of the positive passage, so picking it needs only matching
+        text against text (what induction heads do), not judging relevance.
     Queries without a negative are skipped.
     """
     if construction not in CONSTRUCTIONS:
@@ -387,18 +395,30 @@ def setwise_training_examples(
     if num_candidates < 2:
         raise ValueError(f"num_candidates must be >= 2, got {num_candidates}")
     text = text or (lambda d: passage_text(benchmark, d))
+    pools = {qid: training_pool(benchmark, qid, pool_depth) for qid in sorted(benchmark.qrels)}
+    foreign = construction in ("other_queries", "query_echo")
+    every_pooled = sorted({d for pool in pools.values() for d in pool}) if foreign else []
     examples = []
-    for qid in sorted(benchmark.qrels):
-        grades, pool = benchmark.qrels[qid], training_pool(benchmark, qid, pool_depth)
+    for qid, pool in pools.items():
+        grades = benchmark.qrels[qid]
         positives = [d for d in pool if grades.get(d, 0) >= benchmark.relevance_level]
-        negatives = [d for d in pool if grades.get(d, 0) <= 0]
+        if foreign:
+            own = set(pool) | set(grades)
+            negatives = [d for d in every_pooled if d not in own]
+        else:
+            negatives = [d for d in pool if grades.get(d, 0) <= 0]
         for pos in (positives[:1] if construction == "msmarco" else positives) if negatives else []:
             rng = random.Random(f"{seed}|{qid}|{pos}")
-            negs = rng.sample(negatives, len(negatives))  # random.shuffle of a copy
+            if foreign:  # thousands of foreign passages: draw c-1, not a shuffle
+                negs = rng.sample(negatives, min(num_candidates - 1, len(negatives)))
+            else:
+                negs = rng.sample(negatives, len(negatives))  # random.shuffle of a copy
             docids = [pos, *negs[: num_candidates - 1]]
             order = rng.sample(range(len(docids)), len(docids))
             docids = [docids[i] for i in order]
-            messages = setwise_messages(benchmark.queries[qid].text, [text(d) for d in docids], reasoning)
+            query = benchmark.queries[qid].text
+            shown = [query if construction == "query_echo" and d == pos else text(d) for d in docids]
+            messages = setwise_messages(query, shown, reasoning)
             target = {"gold": order.index(0), "num_candidates": len(docids), "docids": docids}
             examples.append(Example(f"{benchmark.name}:{qid}:{pos}", messages, target))
     return examples
@@ -452,6 +472,11 @@ class RankR1Task(TaskBase):
         sft_target: what ``sft_examples`` teach: ``gold`` (the paper's Setwise SFT baseline) or ``format``
             (a CPU-scale format warm start that carries no relevance signal; ``sft_completion``).
         probe_queries: how many training queries ``monitor`` reranks.
+        eval_protocol: ``heapsort`` (the paper: nDCG@10 of Setwise heap sort over the first stage) or
+            ``prompts`` (a positive control's read-out: greedy accuracy on the evaluation benchmark's
+            prompts, built by ``construction`` as the training prompts are; ``prompt_accuracy``).
+        eval_prompts_per_query: with ``eval_protocol=prompts``, at most this many prompts of each evaluation
+            query (its first positives in first-stage order; ``None``: all), to bound the cost at CPU scale.
         eval_benchmark_options: options of the evaluation benchmark's loader (``conf/benchmark/<name>.yaml``).
         cache_dir: where a first stage built here (BRIGHT's BM25) is cached (``paths.cache_dir``).
         refill_excluded: a first stage built here keeps ``rerank_depth`` candidates after dropping the
@@ -481,6 +506,8 @@ class RankR1Task(TaskBase):
     seed: int = 0
     sft_target: str = "gold"
     probe_queries: int = 4
+    eval_protocol: str = "heapsort"
+    eval_prompts_per_query: int | None = None
     eval_benchmark_options: dict = field(default_factory=dict)
     cache_dir: str | Path | None = None
     refill_excluded: bool = True
@@ -493,6 +520,8 @@ class RankR1Task(TaskBase):
             raise ValueError(f"unknown sft_target {self.sft_target!r}; valid: {SFT_TARGETS}")
         if self.construction not in CONSTRUCTIONS:
             raise ValueError(f"unknown construction {self.construction!r}; valid: {CONSTRUCTIONS}")
+        if self.eval_protocol not in EVAL_PROTOCOLS:
+            raise ValueError(f"unknown eval_protocol {self.eval_protocol!r}; valid: {EVAL_PROTOCOLS}")
         if min(self.num_child, self.k, self.rerank_depth) < 1 or self.num_candidates < 2:
             raise ValueError("need num_child, k, rerank_depth >= 1 and num_candidates >= 2")
         if isinstance(self.tokenizer, (str, Path)):
@@ -518,9 +547,11 @@ class RankR1Task(TaskBase):
         return truncate(passage_text(bench, docid), self.tokenizer, self.passage_max_tokens)
 
     def train_examples(self) -> list[Example]:
-        bench = self.benchmark("train")
+        return self._setwise_examples(self.benchmark("train"), self.seed)
+
+    def _setwise_examples(self, bench: Benchmark, seed: int) -> list[Example]:
         text = partial(self._passage, bench)
-        args = (self.construction, self.num_candidates, self.seed, self.pool_depth, text, self.reasoning)
+        args = (self.construction, self.num_candidates, seed, self.pool_depth, text, self.reasoning)
         return setwise_training_examples(bench, *args)
 
     def score(self, examples: Sequence[Example], completions: Sequence[str]) -> Scores:
@@ -554,9 +585,12 @@ class RankR1Task(TaskBase):
 
     def monitor(self, generators: Mapping[str, Generator]) -> dict[str, float]:
         """nDCG@10 and the format-error rate of heap sort on ``probe_queries`` fixed TRAINING queries (the
-        train benchmark's first judged ones; never the evaluation set)."""
+        train benchmark's first judged ones; never the evaluation set); with ``eval_protocol=prompts``, the
+        accuracy on those queries' training prompts."""
         bench = self.benchmark("train")
         queries = [bench.queries[q] for q in sorted(bench.qrels)[: self.probe_queries]]
+        if self.eval_protocol == "prompts":
+            return self.prompt_accuracy(bench, queries, generators[self.role], self.seed)["metrics"]
         out = self._rerank(bench, queries, generators[self.role])
         return {
             **out["metrics"],
@@ -573,6 +607,11 @@ class RankR1Task(TaskBase):
         metrics include the share of comparisons whose answer did not parse (``format_error_rate``).
         """
         bench = self.benchmark("eval")
+        if self.eval_protocol == "prompts":
+            # the held-out prompts are the same for every training seed: seeds differ only in training
+            out = self.prompt_accuracy(bench, bench.split(split)[:limit], generators[self.role], seed=0)
+            out["cost"]["queries_total"] = len(bench.split(split))
+            return out
         out = self._rerank(bench, bench.split(split)[:limit], generators[self.role])
         cost = out["cost"]
         out["metrics"]["format_error_rate"] = cost["parse_failures"] / max(cost["comparisons"], 1)
@@ -583,6 +622,49 @@ class RankR1Task(TaskBase):
             generate_calls=cost["judge_calls"],
         )
         return out
+
+    def prompt_accuracy(
+        self, bench: Benchmark, queries: Sequence[Any], generate: Generator, seed: int
+    ) -> dict[str, Any]:
+        """Answer every Setwise prompt of ``queries`` (built by ``construction`` from ``bench``, as the
+        training prompts are) once, greedily as the generator samples; score it with the training reward.
+
+        Returns ``{"metrics", "cost", "per_query"}``: metrics as ``score`` (reward, accuracy = the first
+        parsed label is the gold one, format_error_rate, modal_answer_share) over all prompts, and the
+        prompt count; per_query, each query's mean reward, accuracy and prompt count (for paired tests).
+        """
+        import pandas as pd
+
+        wanted, kept = {q.qid for q in queries}, Counter()
+        cap = float("inf") if self.eval_prompts_per_query is None else self.eval_prompts_per_query
+        examples = []
+        for e in self._setwise_examples(bench, seed):  # a query's prompts come in first-stage order
+            qid = e.uid.split(":")[1]
+            if qid in wanted and kept[qid] < cap:
+                examples.append(e)
+                kept[qid] += 1
+        if not examples:
+            raise ValueError(f"no Setwise prompts for the {len(wanted)} queries of {bench.name!r}")
+        generations = list(generate([e.messages for e in examples]))
+        scores = self.score(examples, [g.text for g in generations])
+        rows = pd.DataFrame(
+            {
+                "qid": [e.uid.split(":")[1] for e in examples],
+                "reward": scores.rewards.float().tolist(),
+                "accuracy": scores.components["correct"].tolist(),
+            }
+        )
+        per_query = rows.groupby("qid").agg(
+            reward=("reward", "mean"), accuracy=("accuracy", "mean"), prompts=("reward", "size")
+        )
+        cost = {
+            "queries": len(per_query),
+            "llm_prompts": len(examples),
+            "generate_calls": 1,
+            "prompt_tokens": sum(g.prompt_tokens for g in generations),
+            "completion_tokens": sum(g.completion_tokens for g in generations),
+        }
+        return {"metrics": {**scores.metrics, "prompts": len(examples)}, "cost": cost, "per_query": per_query}
 
     def _rerank(self, bench: Benchmark, queries: Sequence[Any], generate: Generator) -> dict[str, Any]:
         from rankrl.eval.metrics import scored_run
