@@ -61,7 +61,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -238,7 +238,12 @@ def latest_per_seed(runs: pd.DataFrame) -> pd.DataFrame:
             frame[column] = None
     frame = frame[[(Path(d) / LOG_FILE).exists() for d in frame["run_dir"]]]
     frame["finished"] = [(Path(d) / METRICS_FILE).exists() for d in frame["run_dir"]]
-    frame = frame.sort_values(["created", "run_dir"], na_position="first")
+    return newest_per_seed(frame)
+
+
+def newest_per_seed(runs: pd.DataFrame) -> pd.DataFrame:
+    """The newest of ``runs`` (``RUN_COLUMNS`` rows, each with a log) per (experiment, seed)."""
+    frame = runs.sort_values(["created", "run_dir"], na_position="first")
     return frame.groupby(["experiment", "seed"], dropna=False, as_index=False).tail(1)[RUN_COLUMNS]
 
 
@@ -405,8 +410,16 @@ def _draw(
     fig.savefig(path, dpi=120)
 
 
-def draw_figure(figure: Mapping[str, Any], runs: pd.DataFrame, out_dir: Path) -> list[Path]:
-    """Draw one figure from :func:`latest_per_seed` rows; [] (with a warning) when a run is missing."""
+def draw_figure(
+    figure: Mapping[str, Any],
+    runs: pd.DataFrame,
+    out_dir: Path,
+    log_of: Callable[[Any], pd.DataFrame] | None = None,
+) -> list[Path]:
+    """Draw one figure from :func:`latest_per_seed` rows; [] (with a warning) when a run is missing.
+
+    ``log_of``: a row's training log (default: :func:`read_log` of its ``run_dir``)."""
+    log_of = log_of or (lambda row: read_log(row.run_dir))
     run_specs, panels = _runs_spec(figure), _panels_spec(figure)
     missing = [r["experiment"] for r in run_specs if not (runs["experiment"] == r["experiment"]).any()]
     if missing:
@@ -417,7 +430,7 @@ def draw_figure(figure: Mapping[str, Any], runs: pd.DataFrame, out_dir: Path) ->
     parts, notes, used = [], [], []
     for run in run_specs:
         rows = runs[runs["experiment"] == run["experiment"]].sort_values("seed", na_position="first")
-        logs = [(row.seed, read_log(row.run_dir)) for row in rows.itertuples()]
+        logs = [(row.seed, log_of(row)) for row in rows.itertuples()]
         used.append(rows)
         last = max((int(frame.index.max()) for _, frame in logs if len(frame)), default=None)
         seeds = ", ".join(str(s) for s, _ in logs)
@@ -456,23 +469,31 @@ def draw_figure(figure: Mapping[str, Any], runs: pd.DataFrame, out_dir: Path) ->
     return [png, csv]
 
 
-def draw_figures(runs: pd.DataFrame, spec_path: Path, out_dir: Path) -> list[Path]:
+def draw_figures(
+    runs: pd.DataFrame,
+    spec_path: Path,
+    out_dir: Path,
+    log_of: Callable[[Any], pd.DataFrame] | None = None,
+) -> list[Path]:
     """Draw every figure of ``spec_path`` (a ``figures.yaml``) into ``out_dir``; returns the written paths.
 
     ``runs`` holds run folders (:func:`find_runs`, or ``collect_runs`` rows); the newest folder per
-    (experiment, seed) with a ``train_log.jsonl`` is drawn. A figure with a missing run is skipped with a
-    warning and not written, so only written paths (PNG, then CSV, per figure) are returned.
+    (experiment, seed) with a ``train_log.jsonl`` is drawn. With ``log_of`` (a row's log), ``runs`` are
+    stored runs without folders, each with a log (``rankrl.report.results``). A figure with a missing run
+    is skipped with a warning and not written, so only written paths (PNG, then CSV, per figure) are
+    returned.
     """
     figures = load_spec(Path(spec_path))
+    newest = latest_per_seed if log_of is None else newest_per_seed
     written = []
     for figure in figures:
         # a figure of one benchmark draws that benchmark's runs, not the newest of a benchmark sweep
         pool = runs if figure.get("benchmark") is None else _on_benchmark(runs, figure["benchmark"])
-        latest = latest_per_seed(pool)
+        latest = newest(pool)
         for one, model in per_model_figures(figure, pool):
             # a model's newest runs, not the newest of any model
-            chosen = latest if model is None else latest_per_seed(pool[pool["model"] == model])
-            written += draw_figure(one, chosen, Path(out_dir))
+            chosen = latest if model is None else newest(pool[pool["model"] == model])
+            written += draw_figure(one, chosen, Path(out_dir), log_of)
     return written
 
 

@@ -34,6 +34,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from rankrl.runs import METRICS_FILE, SCHEMA
+
 Panel = tuple[str, tuple[tuple[str, str], ...], tuple[float, float] | None]  # title, (metric, label)s, ylim
 YLIM_MARGIN = 0.02  # a line at exactly 0 or 1 stays visible
 _ROUND_KEYS = {"pipeline", "title", "panels"}
@@ -93,20 +95,30 @@ def panel_metrics(panels: Sequence[Panel]) -> list[str]:
 # ---------------------------------------------------------------------------------------------- data
 
 
-def stage_records(
-    runs_dir: str | Path, pipeline: str, metrics: Sequence[str], skip_scales: Collection[str] = ()
-) -> list[dict[str, Any]]:
-    """Each stage of ``pipeline`` (experiment ``<pipeline>/<stage>``) whose ``metrics.json`` holds one of
-    ``metrics``: the newest run per (scale, model, seed, stage), ordered by when the stage finished; runs
-    whose scale is in ``skip_scales`` are left out."""
-    found: dict[tuple, dict[str, Any]] = {}
-    for path in Path(runs_dir).rglob("metrics.json"):
+def read_records(runs_dir: str | Path, skip_scales: Collection[str] = ()) -> list[dict[str, Any]]:
+    """Every finished run's ``metrics.json`` under ``runs_dir`` (runs whose scale is in ``skip_scales`` left
+    out; a file being written, or not a run's, skipped)."""
+    records = []
+    for path in sorted(Path(runs_dir).rglob(METRICS_FILE)):
         try:
             record = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):  # a file being written, or not ours
+        except (OSError, json.JSONDecodeError):
             continue
+        if record.get("schema") == SCHEMA and record.get("scale") not in skip_scales:
+            records.append(record)
+    return records
+
+
+def stage_records(
+    records: Sequence[Mapping[str, Any]], pipeline: str, metrics: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Each stage of ``pipeline`` (experiment ``<pipeline>/<stage>``) among ``records`` (metrics.json
+    contents) that holds one of ``metrics``: the newest run per (scale, model, seed, stage), ordered by
+    when the stage finished."""
+    found: dict[tuple, dict[str, Any]] = {}
+    for record in records:
         experiment = str(record.get("experiment") or "")
-        if not experiment.startswith(f"{pipeline}/") or record.get("scale") in skip_scales:
+        if not experiment.startswith(f"{pipeline}/"):
             continue
         if not any(m in record.get("metrics", {}) for m in metrics):
             continue
@@ -176,18 +188,16 @@ def figure_name(pipeline: str, scale: Any, model: Any, seed: Any) -> str:
 
 
 def draw_all_rounds(
-    runs_dir: str | Path,
-    out_dir: str | Path,
-    rounds: Sequence[Mapping[str, Any]],
-    skip_scales: Collection[str] = (),
+    records: Sequence[Mapping[str, Any]], out_dir: str | Path, rounds: Sequence[Mapping[str, Any]]
 ) -> list[Path]:
     """Every round figure of ``rounds`` (:func:`load_rounds`): one per pipeline, scale, model and seed with
-    at least two stages under ``runs_dir``; returns the written paths (PNG, then CSV, per figure)."""
+    at least two stages among ``records`` (:func:`read_records`, or the stored results'); returns the
+    written paths (PNG, then CSV, per figure)."""
     written: list[Path] = []
     for spec in rounds:
         pipeline, panels = spec["pipeline"], spec["panels"]
         groups: dict[tuple, list] = {}
-        for r in stage_records(runs_dir, pipeline, panel_metrics(panels), skip_scales):
+        for r in stage_records(records, pipeline, panel_metrics(panels)):
             groups.setdefault((r.get("scale"), r.get("model"), r.get("seed")), []).append(r)
         for (scale, model, seed), group in groups.items():
             if len(group) < 2:  # one stage is no progression
@@ -197,8 +207,6 @@ def draw_all_rounds(
     return written
 
 
-def draw_rounds_of(
-    spec_path: Path, runs_dir: str | Path, out_dir: str | Path, skip_scales: Collection[str] = ()
-) -> list[Path]:
-    """The round figures a ``figures.yaml`` declares, drawn from the runs under ``runs_dir``."""
-    return draw_all_rounds(runs_dir, out_dir, load_rounds(spec_path), skip_scales)
+def draw_rounds_of(spec_path: Path, records: Sequence[Mapping[str, Any]], out_dir: str | Path) -> list[Path]:
+    """The round figures a ``figures.yaml`` declares, drawn from ``records``."""
+    return draw_all_rounds(records, out_dir, load_rounds(spec_path))

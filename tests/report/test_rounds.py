@@ -11,7 +11,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from rankrl.report.__main__ import report
-from rankrl.report.rounds import draw_all_rounds, load_rounds, panel_metrics
+from rankrl.report.rounds import draw_all_rounds, load_rounds, panel_metrics, read_records
+from rankrl.runs import SCHEMA
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ROUNDS = {
@@ -44,6 +45,8 @@ def write_stage(
     folder = runs_dir / scale / f"seed{seed}" / f"{stage}-{n}"
     folder.mkdir(parents=True)
     record = {
+        "schema": SCHEMA,
+        "paper": "demo",
         "experiment": f"demo/alternating/{stage}",
         "scale": scale,
         "model": "tiny",
@@ -61,7 +64,7 @@ def test_each_stage_is_read_in_the_order_it_finished(tmp_path):
         write_stage(runs, stage, n, role=role)
     write_stage(runs, "eval", 3, metrics={"other": 1.0})  # none of the figure's metrics: not a stage of it
     spec = load_rounds(write_spec(tmp_path / "figures.yaml", {"rounds": [ROUNDS]}))
-    written = draw_all_rounds(runs, tmp_path / "out", spec)
+    written = draw_all_rounds(read_records(runs), tmp_path / "out", spec)
     assert [p.name for p in written] == ["rounds_alternating_cpu-tiny.png", "rounds_alternating_cpu-tiny.csv"]
     assert written[0].read_bytes()[:8] == PNG_MAGIC
     frame = pd.read_csv(written[1])
@@ -81,7 +84,7 @@ def test_newest_run_per_stage_one_figure_per_seed_and_one_stage_is_no_figure(tmp
     (runs / "broken").mkdir()
     (runs / "broken" / "metrics.json").write_text("{")  # half written: skipped
     spec = load_rounds(write_spec(tmp_path / "figures.yaml", {"rounds": [ROUNDS]}))
-    written = draw_all_rounds(runs, tmp_path / "out", spec)
+    written = draw_all_rounds(read_records(runs), tmp_path / "out", spec)
     assert sorted(p.name for p in written) == [
         "rounds_alternating_cpu-tiny.csv",
         "rounds_alternating_cpu-tiny.png",
