@@ -145,7 +145,7 @@ smoke-grape: setup ## GRAPE's main-table rows at smoke scale (~4 min): random-we
 smoke-cogr: setup ## CoGR's paper pipelines at smoke scale over dl-pools-cpu (~6 min): runs and tables under outputs/smoke/
 	$(call SMOKE,cogr)
 
-tables: install ## rebuild every paper's tables and figures from run folders (reruns nothing; seconds)
+tables: install ## rebuild every paper's tables, comparisons and figures from experiments/<paper>/results/, first refreshed from the runs in outputs/ (reruns nothing; seconds)
 	$(PY) -m rankrl.report paper=all
 
 settings: install ## each paper's settings at PROFILE=paper against the paper: experiments/<paper>/paper_settings.md from its .yaml (seconds)
