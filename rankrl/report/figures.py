@@ -2,7 +2,7 @@
 
 A paper's figures are described by data in ``experiments/<paper>/figures.yaml``; this module knows no
 paper. Each figure is written as ``<out_dir>/<name>.png`` beside ``<out_dir>/<name>.csv``, which holds
-exactly the numbers drawn (see "The CSV" below).
+the numbers drawn, to 10 significant digits (see "The CSV" below).
 
 figures.yaml
 ------------
@@ -75,6 +75,9 @@ log = logging.getLogger(__name__)
 LOG_FILE = "train_log.jsonl"
 RUN_COLUMNS = ["experiment", "paper", "seed", "scale", "model", "benchmark", "created", "finished", "run_dir"]
 CSV_COLUMNS = ["panel", "series", "run", "experiment", "line", "step", "value"]
+# the CSV's numbers (means and rolling means over seeds): 10 significant digits, so that a rebuild on a CPU
+# whose vector arithmetic rounds the last bit differently writes the same file
+CSV_FLOAT_FORMAT = "%.10g"
 # folders never holding a run's own files: skipped while searching, which keeps the walk fast
 _SKIP_DIRS = {".hydra", "checkpoints", "wandb", "__pycache__", ".git"}
 
@@ -465,7 +468,7 @@ def draw_figure(
     out_dir.mkdir(parents=True, exist_ok=True)
     png, csv = out_dir / f"{figure['name']}.png", out_dir / f"{figure['name']}.csv"
     _draw(figure, run_specs, panels, data, footer, png)
-    data.to_csv(csv, index=False)
+    data.to_csv(csv, index=False, float_format=CSV_FLOAT_FORMAT)
     return [png, csv]
 
 

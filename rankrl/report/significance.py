@@ -118,6 +118,9 @@ DRAWS = 4_000  # the test's fiducial draws of the variance (stratified; Z is int
 MDE_DATA_DRAWS = 600  # the MDE: draws of the observed mean squares ...
 MDE_PIVOT_DRAWS = 600  # ... and the test's draws for each of them
 P_FLOOR = 1e-4  # smaller p-values print as "< 0.0001"
+# comparisons.csv's numbers: 10 significant digits, so that a rebuild on a CPU whose vector math rounds the
+# last bit differently (numpy's exp on AVX-512) writes the same file
+CSV_FLOAT_FORMAT = "%.10g"
 SEED = 0
 COLUMNS = [
     "comparison",
@@ -562,7 +565,7 @@ def write_comparisons(
     if frame.empty:
         return []
     csv_path, md_path = out_dir / "comparisons.csv", out_dir / "comparisons.md"
-    frame.to_csv(csv_path, index=False)
+    frame.to_csv(csv_path, index=False, float_format=CSV_FLOAT_FORMAT)
 
     def number(v: Any) -> str:
         return "" if pd.isna(v) else f"{v:.{digits}f}"
