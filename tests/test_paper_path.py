@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from rankrl.config import REPO_ROOT
+from rankrl.data.trec import BRIGHT_TASKS
 from rankrl.models import (
     PAPER_CONFIGS,
     TINY_PAPER_SHAPE,
@@ -194,6 +195,13 @@ def test_make_lists_every_paper_row_without_running_one():
         env={**os.environ, "MAKEFLAGS": ""},
     ).stdout
     rows = [line for line in out.splitlines() if "-m rankrl." in line]
+    # the data the paper rows read beyond `make data`'s is fetched before the first row: MS MARCO's training
+    # set (GRPO's and SFT's prompts) and every BRIGHT task's documents
+    fetch = next(i for i, r in enumerate(rows) if "rankrl.data.prepare" in r and "--only msmarco" in r)
+    assert fetch < min(i for i, r in enumerate(rows) if "experiment=rankr1/" in r)
+    assert (
+        sum(f"bright-{t}-documents" in rows[fetch].split() for t in BRIGHT_TASKS) == len(BRIGHT_TASKS) == 12
+    )
     for model in ("qwen2.5-3b", "qwen2.5-7b", "qwen2.5-14b"):
         # one file per method, the benchmark an override (rankr1/setwise benchmark=dl20)
         for exp, benchmark in (

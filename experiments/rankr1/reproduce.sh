@@ -31,10 +31,43 @@ cpu_rows() {
     # format warm start (labelled CPU deviation), then GRPO from it; each stage is evaluated on DL19
     pipeline rankr1/warmstart_grpo_dl19 smollm2-135m
   done
+  if [[ -n "${CONTROL:-}" ]]; then control_rows; fi
+}
+
+control_rows() {  # CONTROL=1: the positive control (#41; README "Positive control"), ~65 min a seed on one core
+  local c=query_echo  # the rung the supervision learned; CONTROL_CONSTRUCTION=other_queries for the next one
+  c=${CONTROL_CONSTRUCTION:-$c}
+  for SEED in $(seeds); do
+    # supervision first: gold labels on DL20's control prompts, accuracy on DL19's held-out ones
+    RUN_NAME=rankr1/control_sft_${c}_dl19 run train rankr1/control_sft_dl19 smollm2-135m \
+      "task.construction=$c" trainer.resume=true
+    # then GRPO, stage for stage as the CPU row (format warm start, GRPO)
+    RUN_NAME=rankr1/control_grpo_${c}_dl19 pipeline rankr1/control_grpo_dl19 smollm2-135m "task.construction=$c"
+  done
 }
 
 have_bright() { [[ -n "${DRY_RUN:-}" ]] || compgen -G "$DATA/bright/documents/*.parquet" >/dev/null; }
 BRIGHT_TASKS=$(cd conf/benchmark && ls bright-*.yaml | sed 's/\.yaml$//')
+
+data_step() {  # data_step: at profile=paper, fetch what the paper rows read beyond `make data`'s: MS MARCO's
+  # training set (Tevatron/msmarco-passage, ~1.7 GB: the GRPO and SFT prompts) and BRIGHT's documents; then check
+  local sources=(msmarco) files=(msmarco/train.jsonl.gz) b task
+  for b in $BRIGHT_TASKS; do
+    task=${b#bright-}
+    sources+=("$b-documents") files+=("bright/documents/${task//-/_}-00000-of-00001.parquet")
+  done
+  local cmd=("$PY" -m rankrl.data.prepare --data-dir "$DATA" --only "${sources[@]}")
+  if [[ -n "${DRY_RUN:-}" ]]; then echo "${cmd[*]}"; return; fi
+  echo "== [$((SECONDS / 60)) min] data: MS MARCO train, BRIGHT documents"
+  "${cmd[@]}"
+  local f
+  for f in "${files[@]}"; do
+    if [[ ! -f "$DATA/$f" ]]; then
+      echo "missing $DATA/$f after the data step (see its lines above): ${cmd[*]}" >&2
+      exit 1
+    fi
+  done
+}
 
 bright_rows() {  # bright_rows <experiment> <model> [overrides...]: one run per BRIGHT task, in a sweep's folders
   local exp=$1 m=$2 task; shift 2
@@ -78,6 +111,7 @@ case $PROFILE in
     # Table 1's paper models; the smoke builds one (the three differ only in size and a tied head)
     [[ $PROFILE == paper ]] && MODELS=${MODELS:-qwen2.5-3b qwen2.5-7b qwen2.5-14b} || MODELS=${MODELS:-qwen2.5-3b}
     first=${MODELS%% *}
+    if [[ $PROFILE == paper ]]; then data_step; fi
     trec_dl rankr1/bm25 dl19 "$first"
     trec_dl rankr1/bm25 dl20 "$first"
     have_bright && bright_rows rankr1/bm25_bright "$first"
