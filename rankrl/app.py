@@ -88,10 +88,14 @@ def role_specs(cfg: DictConfig) -> dict[str, tuple[DictConfig, Any]]:
     return {name: (node.get("model") or cfg.model, node.get("init_from")) for name, node in roles.items()}
 
 
-def build_roles(cfg: DictConfig, ckpt_path: str | None = None) -> dict[str, Role]:
+def build_roles(
+    cfg: DictConfig, ckpt_path: str | None = None, train_role: str | None = None
+) -> dict[str, Role]:
     """Every role of the run with its own policy, tokenizer and engine.
 
-    ``ckpt_path`` (a checkpoint folder of a single-role run) takes the place of ``init_from``.
+    ``ckpt_path`` (a checkpoint folder of a single-role run) takes the place of ``init_from``. The role
+    ``train_role`` is built to be trained (float32 master weights of a half-precision model,
+    ``rankrl.precision``); the others, frozen, in their compute dtype.
     """
     specs = role_specs(cfg)
     if ckpt_path and len(specs) > 1:
@@ -103,7 +107,7 @@ def build_roles(cfg: DictConfig, ckpt_path: str | None = None) -> dict[str, Role
     for name, (model_cfg, init_from) in specs.items():
         start = Path(ckpt_path) if ckpt_path else resolve_init_from(init_from, cfg) if init_from else None
         role = Role(name, model_cfg, start)
-        role.policy, role.tokenizer = build_policy(cfg, model_cfg, role.init_from)
+        role.policy, role.tokenizer = build_policy(cfg, model_cfg, role.init_from, name == train_role)
         role.engine = build_engine(cfg, role.policy, role.tokenizer)
         out[name] = role
     return out
@@ -142,10 +146,13 @@ def resolve_init_from(value: str | Path, cfg: DictConfig) -> Path:
 
 
 def build_policy(
-    cfg: DictConfig, model_cfg: DictConfig | None = None, init_from: Path | None = None
+    cfg: DictConfig,
+    model_cfg: DictConfig | None = None,
+    init_from: Path | None = None,
+    trainable: bool = False,
 ) -> tuple[torch.nn.Module, Any]:
     """A policy and its tokenizer; weights from ``init_from`` (a run folder or checkpoint folder) when
-    given."""
+    given; ``trainable``: the policy an optimizer steps (``rankrl.models.load_policy``)."""
     from rankrl.models import load_policy
 
     model_cfg = model_cfg if model_cfg is not None else cfg.model
@@ -157,6 +164,7 @@ def build_policy(
         lora=lora,
         device=_load_device(cfg),
         chat_template_kwargs=OmegaConf.to_container(template) if template else None,
+        trainable=trainable,
     )
     if init_from is not None:
         from rankrl.rl.checkpoint import load_policy_weights

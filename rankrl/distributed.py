@@ -12,7 +12,8 @@ gradients over ranks:
 - ``fsdp``: FSDP2 (``torch.distributed.fsdp.fully_shard``), one unit per decoder layer, as accelerate
   wraps Hugging Face models; parameters, gradients and optimizer state are sharded over ranks, for
   policies that do not fit on one GPU. The module is sharded in place, so every forward (generation
-  included) is a collective that all ranks join.
+  included) is a collective that all ranks join. Float32 master weights of a bfloat16 policy are gathered
+  as bfloat16 and their gradients reduced in float32 (``rankrl.precision``).
 
 Rewards are gathered so batch-level advantage estimators see every rank. Outside ``torchrun`` every
 function here is the identity, so single-process code pays nothing.
@@ -101,13 +102,18 @@ def shard(model: torch.nn.Module) -> torch.nn.Module:
     ``_no_split_modules``) is one unit, the rest (embeddings, tied head, norm) the root unit."""
     from torch.distributed.fsdp import fully_shard
 
+    from rankrl.precision import fsdp_mixed_precision
+
     blocks = set(_block_classes(model))
     if not blocks:
         raise ValueError(f"{type(model).__name__} names no transformer blocks (_no_split_modules) to shard")
+    # float32 master shards of a bfloat16 model: gathered as bfloat16, gradients reduced in float32
+    policy = fsdp_mixed_precision(model)
+    options = {"mp_policy": policy} if policy is not None else {}
     for module in model.modules():
         if type(module).__name__ in blocks:
-            fully_shard(module)
-    fully_shard(model)
+            fully_shard(module, **options)
+    fully_shard(model, **options)
     return model
 
 

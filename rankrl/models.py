@@ -481,26 +481,33 @@ def load_policy(
     device: str | torch.device = "cpu",
     cache_dir: str | Path | None = None,
     chat_template_kwargs: dict[str, Any] | None = None,
+    trainable: bool = False,
 ) -> tuple[Any, Any]:
     """Load the policy to train and its tokenizer.
 
     Args:
         name_or_path: a model folder, ``tiny`` / ``smollm2-135m``, or a hub name (paper models).
-        dtype: ``float32``, ``bfloat16``, ``float16`` or ``auto``.
+        dtype: ``float32``, ``bfloat16``, ``float16`` or ``auto``: the dtype the model computes in.
         lora: ``{r, alpha, dropout, target_modules}`` to train a LoRA adapter; None trains all weights.
         device: where the model goes.
         cache_dir: where local models live (default ``default_cache_dir()``).
         chat_template_kwargs: template variables fixed for every prompt (``bind_template_options``).
+        trainable: the policy an optimizer will step: a fully fine-tuned half-precision model then holds
+            float32 master weights and computes in ``dtype`` (``rankrl.precision``).
 
     Returns:
         (model, tokenizer); the model in train mode, the tokenizer padding on the left.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from rankrl.precision import mark_compute_dtype, master_dtype
+
     source = resolve_model(name_or_path, cache_dir)
+    compute = _torch_dtype(dtype)
+    held = master_dtype(compute, trainable, bool(lora)) if isinstance(compute, torch.dtype) else compute
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=_torch_dtype(dtype))
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=held)
     except OSError as err:
         if Path(source).is_dir():
             raise
@@ -510,6 +517,8 @@ def load_policy(
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.to(device)
+    if held != compute:
+        mark_compute_dtype(model, compute)
     if lora:
         model = apply_lora(model, dict(lora))
     model.train()

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from rankrl.distributed import unwrap
+from rankrl.precision import compute_precision
 from rankrl.rollout.base import Rollouts, SamplingParams
 
 
@@ -53,6 +54,24 @@ class PolicyBatch:
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
+    def to(self, device: torch.device) -> PolicyBatch:
+        """The batch on ``device`` (the policy's: rollouts are padded on the CPU, a GPU policy computes
+        there); itself when it is there already."""
+        if self.input_ids.device == device:
+            return self
+        return PolicyBatch(
+            input_ids=self.input_ids.to(device),
+            attention_mask=self.attention_mask.to(device),
+            response_mask=self.response_mask.to(device),
+            prompt_len=self.prompt_len,
+            sampler_logprobs=self.sampler_logprobs.to(device),
+        )
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device ``model``'s parameters (or, under FSDP, their local shards) live on."""
+    return next(unwrap(model).parameters()).device
+
 
 def to_policy_batch(rollouts: Rollouts, pad_token_id: int) -> PolicyBatch:
     """Pad a rollout batch into the tensors the loss needs."""
@@ -86,16 +105,19 @@ def completion_logits(
     model: torch.nn.Module, batch: PolicyBatch, shared_prefix: bool = False
 ) -> torch.Tensor:
     """(N, T, V) logits that predict the completion tokens (columns P-1 .. P+T-2 of the sequence); with
-    ``shared_prefix`` each distinct prompt is computed once (``shared_prefix_logits``)."""
-    if shared_prefix:
-        return shared_prefix_logits(model, batch)
-    position_ids = mask_positions(batch.attention_mask)
-    return model(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
-        position_ids=position_ids,
-        logits_to_keep=batch.response_mask.shape[1] + 1,
-    ).logits[:, :-1, :]
+    ``shared_prefix`` each distinct prompt is computed once (``shared_prefix_logits``). The forward runs in
+    the model's compute dtype (``rankrl.precision``: autocast over float32 master weights)."""
+    batch = batch.to(model_device(model))
+    with compute_precision(model):
+        if shared_prefix:
+            return shared_prefix_logits(model, batch)
+        position_ids = mask_positions(batch.attention_mask)
+        return model(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            position_ids=position_ids,
+            logits_to_keep=batch.response_mask.shape[1] + 1,
+        ).logits[:, :-1, :]
 
 
 def prompt_groups(batch: PolicyBatch) -> tuple[torch.Tensor, torch.Tensor]:

@@ -26,6 +26,7 @@ from rankrl.rl.batch import (
     PolicyBatch,
     completion_logits,
     gather_logprobs,
+    model_device,
     sampled_distribution_logprobs,
     to_policy_batch,
     token_logprobs,
@@ -169,8 +170,9 @@ class GRPOStep:
     def _frozen_logprobs(self, batch: PolicyBatch, reference: bool) -> torch.Tensor:
         temperature = self.cfg.sampling.temperature
         out, shared = [], self.cfg.shared_prefix
+        device = model_device(self.policy)
         for start in range(0, len(batch), self.cfg.micro_batch_size):
-            micro = batch.rows(start, start + self.cfg.micro_batch_size)
+            micro = batch.rows(start, start + self.cfg.micro_batch_size).to(device)
             if not reference:
                 out.append(token_logprobs(self.policy, micro, temperature, shared))
             elif self.ref_model is not None:
@@ -253,16 +255,18 @@ def backward_batch(
     One denominator serves the whole step (every micro-batch, every rank), so the accumulated gradient
     equals the full batch's; DDP averages over ranks, so each rank's loss is scaled back by the world size.
     With spans, each span's loss has its own denominator over its own mask and the weighted span losses
-    add up (``rankrl.rl.spans``).
+    add up (``rankrl.rl.spans``). Rollouts are padded on the CPU; each micro-batch moves to the policy's
+    device.
     """
     terms = _loss_terms(advantages, batch.response_mask)
     num_items = {
         name: ddp.global_sum(float(count_loss_items(cfg.loss_agg, mask))) for name, _, _, mask in terms
     }
+    device = model_device(model)
     sums: dict[str, float] = {}
     for start in range(0, len(batch), cfg.micro_batch_size):
         stop = start + cfg.micro_batch_size
-        micro = batch.rows(start, stop)
+        micro = batch.rows(start, stop).to(device)
         with ddp.gradient_sync(model, sync=stop >= len(batch)):
             logits = completion_logits(model, micro, cfg.shared_prefix)
             logps = gather_logprobs(logits, micro, cfg.sampling.temperature)
@@ -276,12 +280,12 @@ def backward_batch(
             for name, weight, adv, mask in terms:
                 loss, stats = policy_loss(
                     logps,
-                    old[start:stop] if old is not None else logps.detach(),
-                    adv[start:stop],
-                    mask[start:stop],
+                    old[start:stop].to(device) if old is not None else logps.detach(),
+                    adv[start:stop].to(device),
+                    mask[start:stop].to(device),
                     eps_low=cfg.eps_low,
                     eps_high=cfg.eps_high,
-                    ref_logprobs=ref[start:stop] if ref is not None else None,
+                    ref_logprobs=ref[start:stop].to(device) if ref is not None else None,
                     beta=cfg.beta,
                     loss_agg=cfg.loss_agg,
                     max_completion_length=cfg.sampling.max_new_tokens,
@@ -404,9 +408,10 @@ class SFTStep:
         self.model.train()
         n_tokens = ddp.global_sum(float(batch.response_mask.sum()))
         nll = 0.0
+        device = model_device(self.model)
         for start in range(0, len(batch), self.cfg.micro_batch_size):
             stop = start + self.cfg.micro_batch_size
-            micro = batch.rows(start, stop)
+            micro = batch.rows(start, stop).to(device)
             with ddp.gradient_sync(self.model, sync=stop >= len(batch)):
                 loss = -(token_logprobs(self.model, micro) * micro.response_mask).sum() / max(n_tokens, 1.0)
                 if not torch.isfinite(loss):

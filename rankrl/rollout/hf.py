@@ -22,6 +22,7 @@ from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria,
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from rankrl.distributed import is_sharded
+from rankrl.precision import compute_precision
 from rankrl.rollout.base import Messages, Rollouts, SamplingParams
 
 # Settings a model's own generation_config may carry (e.g. Qwen's top_k=20, repetition_penalty=1.05) that
@@ -214,10 +215,11 @@ class HFEngine:
             else list(range(len(prompt_ids)))
         )
         try:
-            for i in range(0, len(order), self.batch_size):
-                self._generate_batch(
-                    [prompt_ids[j] for j in order[i : i + self.batch_size]], n, sampling, out
-                )
+            with compute_precision(self.model):  # the dtype the trainer scores in (rankrl.precision)
+                for i in range(0, len(order), self.batch_size):
+                    self._generate_batch(
+                        [prompt_ids[j] for j in order[i : i + self.batch_size]], n, sampling, out
+                    )
         finally:
             self.model.train(was_training)
         if order != sorted(order):

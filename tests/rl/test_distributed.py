@@ -149,6 +149,46 @@ def test_fsdp_trains_like_ddp_and_resumes_exactly(tmp_path: Path, model_dir: Pat
     assert rewards("fsdp") == rewards("fsdp_resumed") and len(rewards("fsdp")) == 2
 
 
+def _bf16_fsdp_worker(rank: int, world: int, port: int, model_dir: str, out: str) -> None:
+    """One SFT-like update of a bfloat16 policy sharded by FSDP2 at lr 1e-6; rank 0 saves the full weights."""
+    from rankrl.models import load_policy
+
+    _join(rank, world, port)
+    try:
+        policy, _ = load_policy(model_dir, dtype="bfloat16", trainable=True)
+        model = ddp.wrap(policy, "fsdp")
+        batch, adv = _batch(policy.config.vocab_size)
+        per = 8 // world
+        cfg = TrainerConfig(micro_batch_size=2, sampling=SamplingParams(max_new_tokens=6), strategy="fsdp")
+        backward_batch(
+            model, batch.rows(rank * per, (rank + 1) * per), adv[rank * per : (rank + 1) * per], cfg
+        )
+        torch.optim.AdamW(policy.parameters(), lr=1e-6).step()
+        full = {n: ddp.full_tensor(p.detach()).clone() for n, p in policy.named_parameters()}
+        if rank == 0:
+            torch.save(full, out)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.ranks
+def test_fsdp_keeps_float32_masters_of_a_bfloat16_policy(tmp_path: Path, model_dir: Path):
+    """Two gloo ranks shard a bfloat16 policy with FSDP2's mixed precision (bfloat16 compute, float32 masters
+    and gradient reduction): an update at lr 1e-6 moves every decoder matrix, which bfloat16 weights would
+    mostly round away."""
+    from rankrl.models import load_policy
+
+    tiny = str(model_dir / "tiny")
+    out = tmp_path / "weights.pt"
+    mp.spawn(_bf16_fsdp_worker, args=(2, _free_port(), tiny, str(out)), nprocs=2, join=True)
+    after = torch.load(out)
+    start, _ = load_policy(tiny, dtype="float32")
+    for name, w in start.named_parameters():  # a tied head is the embedding, named once
+        if w.dim() == 2 and "embed" not in name:
+            assert after[name].dtype == torch.float32
+            assert (after[name] != w).float().mean() > 0.9, name
+
+
 def test_unknown_strategy_names_the_valid_ones():
     with pytest.raises(ValueError, match="trainer.strategy='zero3'; valid: ddp, fsdp"):
         TrainerConfig(strategy="zero3")

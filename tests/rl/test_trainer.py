@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from rankrl.rl import steps as steps_module
+from rankrl.rl.batch import to_policy_batch
 from rankrl.rl.checkpoint import latest_checkpoint
 from rankrl.rl.config import TrainerConfig
 from rankrl.rl.steps import NonFiniteLossError
@@ -223,6 +224,59 @@ def test_resume_over_only_damaged_checkpoints_stops_and_sets_nothing_aside(tmp_p
     assert sorted(p.name for p in tmp_path.glob("checkpoints*")) == ["checkpoints"]  # nothing set aside
     assert sorted((tmp_path / "checkpoints").glob("step_*")) == ckpts
     assert (tmp_path / "train_log.jsonl").read_text() == log_before  # no step trained, the log untouched
+
+
+def test_a_bfloat16_policy_moves_at_a_small_learning_rate(tmp_path, model_dir):
+    """One SFT step at lr 1e-6 of a model that computes in bfloat16, through the training entry point. Pure
+    bfloat16 weights would keep ~0 of its updates (Adam's step ~ the lr, below half the spacing of bfloat16 at
+    the weights' magnitude): float32 master weights keep them all, while the forward computes in bfloat16."""
+    from safetensors.torch import load_file
+
+    args = ("model.dtype=bfloat16", "trainer=sft", "trainer.lr=1e-6", "trainer.max_steps=1", "rollout=hf")
+    out = subprocess.run(_train_cmd(tmp_path, *args), capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    start = load_file(str(model_dir / "tiny" / "model.safetensors"))
+    trained = load_file(str(latest_checkpoint(tmp_path / "checkpoints") / "policy" / "model.safetensors"))
+    layers = [name for name, w in start.items() if w.dim() == 2 and "embed" not in name]
+    for name in layers:  # every matrix of the decoder layers had a gradient
+        assert trained[name].dtype == torch.float32, name
+        moved = (trained[name] != start[name].float()).float().mean().item()
+        assert moved > 0.9, (name, moved)
+
+
+def test_a_trained_bfloat16_policy_keeps_float32_weights_and_computes_in_bfloat16(model_dir):
+    from rankrl.models import load_policy
+    from rankrl.precision import compute_dtype
+    from rankrl.rl.batch import completion_logits
+
+    policy, tok = load_policy(str(model_dir / "tiny"), dtype="bfloat16", trainable=True)
+    frozen, _ = load_policy(str(model_dir / "tiny"), dtype="bfloat16")
+    lora, _ = load_policy(str(model_dir / "tiny"), dtype="bfloat16", trainable=True, lora={"r": 2})
+    assert {p.dtype for p in policy.parameters()} == {torch.float32} and compute_dtype(
+        policy
+    ) == torch.bfloat16
+    assert {p.dtype for p in frozen.parameters()} == {torch.bfloat16}  # nothing steps it
+    assert {p.dtype for n, p in lora.named_parameters() if "lora_" in n} == {torch.float32}
+    assert {p.dtype for n, p in lora.named_parameters() if "lora_" not in n} == {torch.bfloat16}
+    engine = HFEngine(policy, tok)
+    batch = to_policy_batch(engine.generate([[{"role": "user", "content": "Hi"}]], 2, FAST), tok.pad_token_id)
+    assert completion_logits(policy, batch).dtype == torch.bfloat16
+    assert completion_logits(policy, batch, shared_prefix=True).dtype == torch.bfloat16
+
+
+def test_a_batch_padded_on_the_cpu_moves_whole_to_the_policys_device(model_dir):
+    """Rollouts are padded on the CPU and a GPU policy computes on its device: every micro-batch of the
+    update moves there (the GPU check, rankrl.gpu_check, runs the steps on CUDA); the meta device stands in
+    for another device here."""
+    from rankrl.models import load_policy
+    from rankrl.rl.batch import model_device
+
+    policy, tok = load_policy(str(model_dir / "tiny"))
+    batch = to_policy_batch(HFEngine(policy, tok).generate([[{"role": "user", "content": "Hi"}]], 2, FAST), 0)
+    assert batch.to(model_device(policy)) is batch  # on its device already: no copy
+    moved = batch.to(model_device(policy.to("meta")))
+    tensors = (moved.input_ids, moved.attention_mask, moved.response_mask, moved.sampler_logprobs)
+    assert all(t.device.type == "meta" for t in tensors) and moved.prompt_len == batch.prompt_len
 
 
 def test_fresh_start_keeps_an_earlier_runs_checkpoints_aside(tmp_path, model_dir):
