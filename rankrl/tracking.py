@@ -11,7 +11,8 @@ What a W&B run holds (the dashboards of ``rankrl.report.dashboard`` read these):
 - the run's reward curve (``reward_curve.png`` in the run folder) as the image ``figures/reward_curve``;
 - the resolved config, with ``paper``, ``scale``, ``model_name``, ``seed`` and ``git_commit`` at its top;
 - its W&B group and job type: a pipeline puts all its stages in one group (``WANDB_RUN_GROUP``), each with
-  its stage name as job type (``WANDB_JOB_TYPE``), so CoGR's rounds line up stage by stage.
+  its stage name as job type (``WANDB_JOB_TYPE``), so the rounds of a pipeline whose stages alternate line
+  up stage by stage.
 """
 
 from __future__ import annotations

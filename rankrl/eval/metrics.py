@@ -13,7 +13,7 @@ match ``trec_eval -c -m <measure>``:
 
 Results are keyed by the names the caller passed, so ``"P@5"`` stays ``"P@5"`` whatever the level.
 
-Set metrics (CoGR's retrieval F1, F-GRPO's slate coverage) are plain Python over sets.
+Set metrics (a retrieved set's F1, a slate's coverage of the relevant items) are plain Python over sets.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 A retriever is built over a corpus of `Document`s (in its constructor or with ``index``), then answers
 ``search(queries, k) -> Run``: qid -> docid -> score, the shape ir_measures reads. Retrievers that serve a
-rank reward (GRAPE's CLIP) also answer ``rank_of``: the 1-based rank of a target item over the whole corpus.
+rank reward (CLIP over an image gallery) also answer ``rank_of``: the 1-based rank of a target item over the
+whole corpus.
 """
 
 from __future__ import annotations

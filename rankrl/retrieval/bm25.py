@@ -1,4 +1,4 @@
-"""BM25 through pyserini (Lucene/Anserini), the first stage of Rank-R1 on TREC DL and BRIGHT.
+"""BM25 through pyserini (Lucene/Anserini), the first stage of the TREC DL and BRIGHT reranking runs.
 
 The index is built by Anserini's ``IndexCollection`` (what ``python -m pyserini.index.lucene`` runs) in a
 child JVM started from the ``java`` binary that ``rankrl.retrieval.java`` found: its options are then ours,

@@ -90,7 +90,7 @@ class BM25S:
         docs: corpus to index now; or call ``index`` later.
         k1, b: BM25 parameters (Anserini's MS MARCO defaults).
         stemmer: ``"auto"``, ``"porter"`` or None; see ``make_stemmer``.
-        tokenizer: replaces the Lucene-like analyzer (e.g. CoGR's keyword bags pass pre-split terms).
+        tokenizer: replaces the Lucene-like analyzer (e.g. a task's keyword bags pass pre-split terms).
     """
 
     def __init__(

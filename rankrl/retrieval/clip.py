@@ -1,4 +1,4 @@
-"""Text -> image retrieval with a frozen open_clip model: GRAPE's retriever and the source of its rank reward.
+"""Text -> image retrieval with a frozen open_clip model: a frozen retriever and the source of a rank reward.
 
 Images are encoded once into a faiss flat inner-product index over normalised embeddings; a (rewritten) query
 is encoded as text and scored against every image, so ``rank_of`` gives the target's rank over the whole
@@ -185,7 +185,7 @@ class ClipRetriever:
         return self._require().rank_of(self.encode_texts(texts), target_ids).tolist()
 
     def similarity(self, texts: Sequence[str], target_ids: Sequence[str]) -> list[float]:
-        """Cosine of ``texts[i]`` with image ``target_ids[i]`` (GRAPE's similarity-reward ablation)."""
+        """Cosine of ``texts[i]`` with image ``target_ids[i]`` (a similarity reward)."""
         return self._require().similarity(self.encode_texts(texts), target_ids).tolist()
 
     @property

@@ -1,4 +1,4 @@
-"""SPLADE through pyserini: learned sparse retrieval over a Lucene impact index (CoGR's SPLADE-v2 baseline).
+"""SPLADE through pyserini: learned sparse retrieval over a Lucene impact index (a SPLADE-v2 baseline).
 
 Documents are encoded by pyserini's ``SpladeDocumentEncoder`` (a term weight per vocabulary entry,
 log(1 + relu(MLM logit)) max-pooled over the text, quantised to an integer as pyserini quantises it,

@@ -5,8 +5,7 @@ of prompt i, as in ``Rollouts``). Each estimator compares a completion with the 
 own prompt; they differ only in how that difference is scaled:
 
 - ``grpo``: (r - mean_g) / (std_g + eps), the GRPO paper and TRL ``scale_rewards="group"``.
-- ``dr_grpo``: r - mean_g, Dr. GRPO (TRL ``scale_rewards="none"``); F-GRPO's advantages are centred
-  this way.
+- ``dr_grpo``: r - mean_g, Dr. GRPO (TRL ``scale_rewards="none"``).
 - ``batch``: (r - mean_g) / (std_batch + eps), TRL ``scale_rewards="batch"``.
 
 The std convention is TRL 1.16's (``trl.trainer.utils.nanstd``): Bessel-corrected (unbiased, divide by

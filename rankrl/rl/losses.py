@@ -201,7 +201,7 @@ def policy_loss(
             (``logprobs.detach()``, ratio 1), as TRL does when it skips their computation.
         advantages: (N,) per sequence or (N, T) per token (``rankrl.rl.spans.SpanBatch``).
         response_mask: (N, T) 1 on completion tokens that enter the loss, 0 on padding (and on
-            tokens a task masks out, e.g. F-GRPO's delimiters).
+            tokens a task masks out, e.g. the delimiters between its spans).
         eps_low, eps_high: clip range [1 - eps_low, 1 + eps_high] of the ratio (DAPO's clip-higher
             uses eps_high > eps_low).
         ref_logprobs: (N, T) reference-model log-probs; needed when beta != 0, and logged if given.

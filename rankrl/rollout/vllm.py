@@ -14,10 +14,10 @@ platforms; where they differ, the platform decides (``vllm.platforms.current_pla
 - **Sleep.** With ``enable_sleep_mode`` the engine sleeps after each ``generate`` (``sleep(level=1)``:
   weights offloaded, KV cache freed) so the update has the GPU to itself. The CPU platform has no sleep mode;
   the engine then stays awake and says so once.
-- **Two roles on one GPU** (CoGR's query and item policies, F-GRPO's two-step and decoupled baselines): one
-  engine per role, each sleeping and waking only its own memory. vLLM's sleep allocator is one per process
-  and its sleep acts on every allocation it holds, so every call into an engine (its start, a generation,
-  a push, sleep, wake) runs with the allocator narrowed to that engine's allocations
+- **Two roles on one GPU** (a query and an item policy that serve each other; a selector and a ranker
+  chained at inference): one engine per role, each sleeping and waking only its own memory. vLLM's sleep
+  allocator is one per process and its sleep acts on every allocation it holds, so every call into an engine
+  (its start, a generation, a push, sleep, wake) runs with the allocator narrowed to that engine's allocations
   (``rankrl.rollout.sleep``). One engine serving both roles was the other choice; it cannot serve roles of
   different models or fully fine-tuned roles, which these methods have.
 - **Push check.** Every weight the engine holds must be overwritten by a push: vLLM only warns about
@@ -28,10 +28,11 @@ platforms; where they differ, the platform decides (``vllm.platforms.current_pla
   fails to start; the CPU default is therefore an explicit size, sized to the policy
   (``cpu_kv_cache_bytes``: 32k tokens, at most 1 GiB). On GPU ``null`` leaves it to
   ``gpu_memory_utilization``.
-- **Prefix cache.** Prompts that share a prefix (a group's G samples, one query's Setwise comparisons) share
+- **Prefix cache.** Prompts that share a prefix (a group's G samples, one query's reranking comparisons) share
   its KV blocks. ``block_size=None`` is 32 tokens on CPU, where vLLM's own default is 128: only whole blocks
   are shared, and this suite's shared prefixes (system prompt + query) are a few dozen tokens (measured on
-  SmolLM2, Rank-R1 evaluation of 6 queries: 99 s with 32, 112 s with 128, identical rankings).
+  SmolLM2, a passage-reranking evaluation of 6 TREC DL queries: 99 s with 32, 112 s with 128, identical
+  rankings).
 - **Compilation.** ``enforce_eager=None`` is eager on CPU (torch.compile costs ~80 s per engine start there
   for ~10% faster decoding, measured on SmolLM2) and CUDA graphs on GPU.
 
@@ -325,7 +326,8 @@ class VLLMEngine:
         if cpu:
             # Seeded requests cannot be chunked on the CPU: vLLM rewinds the request's generator after a
             # partial prefill, and a CPU generator has no offset ("CPU Generator does not use offset",
-            # vLLM 0.32; met by a 9k-token prompt, the paper's Rank-R1 size). Whole prompts, then.
+            # vLLM 0.32; met by a 9k-token prompt, the size of a paper-scale 20-passage reranking prompt).
+            # Whole prompts, then.
             max_model_len = max_model_len or _context_length(model)
             llm_kwargs.setdefault("enable_chunked_prefill", False)
             llm_kwargs.setdefault("max_num_batched_tokens", max(max_model_len, CPU_BATCHED_TOKENS))
