@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rankrl.report.gpu_plan import (
+from rankrl.gpu_plan import (
     GPUS,
     MFU,
     Evaluation,
@@ -112,7 +112,7 @@ def test_a_stand_in_smoke_run_measures_l_and_marks_the_row(tmp_path):
     as its stand-in (dl-pools), and says so; a row with its own smoke run is not marked."""
     import json
 
-    from rankrl.report.gpu_plan import _smoke_prompt_len, smoke_stand_ins
+    from rankrl.gpu_plan import _smoke_prompt_len, smoke_stand_ins
 
     spec = smoke_stand_ins("cogr")
     assert spec["stand_ins"]["_wands"] == "_dlpools" and spec["note"]
@@ -183,7 +183,7 @@ def test_a_smoke_on_data_of_its_own_sizes_evaluations_per_n_queries():
 def test_an_evaluation_the_smoke_did_not_run_reads_its_stand_in_and_is_marked(tmp_path):
     import json
 
-    from rankrl.report.gpu_plan import _smoke_cost
+    from rankrl.gpu_plan import _smoke_cost
 
     def write(experiment: str, folder: str, prompts: int) -> None:
         path = tmp_path / experiment / "smoke-qwen2.5-3b" / folder / "metrics.json"
@@ -211,7 +211,7 @@ def _cost(prompts: int) -> dict:
 def test_every_papers_plan_composes_its_paper_rows_without_smoke_runs(paper, tmp_path):
     # every PROFILE=paper command of the paper's script composes (GRAPE's once failed on a dry-run
     # placeholder); with no smoke runs nothing is estimated, and the table says so instead of raising
-    from rankrl.report.gpu_plan import table
+    from rankrl.gpu_plan import table
 
     text = table(paper, tmp_path, 8, "h100-80gb")
     assert "not estimated: no smoke run measured" in text and f"reproduce-{paper} PROFILE=paper" in text

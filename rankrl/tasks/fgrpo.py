@@ -662,7 +662,7 @@ class FGRPOTask(TaskBase):
 
     def split_size(self, split: str) -> int:
         """The queries of the whole split, before ``eval_queries`` or a ``limit`` cuts it: what a paper-scale
-        evaluation takes (rankrl.report.gpu_plan scales a smoke evaluation's cost by it; the smoke's
+        evaluation takes (rankrl.gpu_plan scales a smoke evaluation's cost by it; the smoke's
         ``eval_queries`` would size the paper's evaluations to its few queries)."""
         return len(self.pools(split))
 
@@ -784,7 +784,7 @@ def _run(pools: Sequence[Pool], rankings: Sequence[Sequence[str]]) -> dict[str, 
 
 
 def _cost(answers: Sequence[Any], queries: int, queries_total: int) -> dict[str, float]:
-    """The LLM cost of an evaluation of ``queries`` of the split's ``queries_total`` (rankrl.report.gpu_plan
+    """The LLM cost of an evaluation of ``queries`` of the split's ``queries_total`` (rankrl.gpu_plan
     scales a smoke run's cost to the whole split by it)."""
     return {
         "queries": queries,

@@ -671,7 +671,7 @@ class GrapeTask(TaskBase):
         Returns ``{"metrics": {R@1, R@<k>, gold_rank, ..., format_error_rate}, "cost", "rewrites"}``.
         """
         g = self.gallery(self.eval_name, split)
-        total = len(g.queries)  # the whole split, for rankrl.report.gpu_plan's scaling of a smoke run
+        total = len(g.queries)  # the whole split, for rankrl.gpu_plan's scaling of a smoke run
         g = g.subset(range(min(limit, len(g.queries)))) if limit else g
         texts, ok, cost = self.rewrite(generators[self.role], g.queries)
         table = self.measure_per_query(g, texts)

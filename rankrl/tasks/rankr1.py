@@ -615,7 +615,7 @@ class RankR1Task(TaskBase):
         out = self._rerank(bench, bench.split(split)[:limit], generators[self.role])
         cost = out["cost"]
         out["metrics"]["format_error_rate"] = cost["parse_failures"] / max(cost["comparisons"], 1)
-        # what the whole split would cost (rankrl.report.gpu_plan scales a smoke run's cost by it)
+        # what the whole split would cost (rankrl.gpu_plan scales a smoke run's cost by it)
         cost.update(
             queries_total=len(bench.split(split)),
             llm_prompts=cost["comparisons"],
