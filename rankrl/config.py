@@ -76,9 +76,9 @@ def check_trainable(cfg: DictConfig) -> None:
     from hydra.utils import get_class
 
     from rankrl.errors import ConfigError
-    from rankrl.rl.config import STEP_TYPES
+    from rankrl.rl.config import step_kind
 
-    kind = STEP_TYPES.get(cfg.trainer.get("_target_"))
+    kind = step_kind(cfg.trainer.get("_target_"))
     if kind is None:  # an unknown step type: build_trainer_config names the valid ones
         return
     trains = frozenset(getattr(get_class(cfg.task._target_), "trains", ()))

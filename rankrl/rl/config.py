@@ -5,6 +5,11 @@
 (``trainer.lr=abc``) stops at composition, naming the key, the expected type and the value. ``_target_``
 says which class, and so which step type, a node builds.
 
+``STEP_TYPES`` is the one registry of step types: the class each one builds and the task methods it calls.
+The loop builds a step from it (``rankrl.rl.steps.build_step``), the config checks read a step's kind from
+it before torch loads, and a task trains with a step type exactly when it has that step's methods
+(``rankrl.rl.task.TaskBase``). A new step type is a class in ``rankrl.rl.steps``, an entry here and a YAML
+file.
 """
 
 from __future__ import annotations
@@ -22,7 +27,30 @@ from rankrl.rollout.base import SamplingParams
 LR_SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine")
 
 
-STEP_TYPES = {"rankrl.rl.steps.GRPOStep": "grpo", "rankrl.rl.steps.SFTStep": "sft"}
+@dataclass(frozen=True)
+class StepType:
+    """One step type of the loop.
+
+    Args:
+        target: the step class, as a trainer config's ``_target_`` names it.
+        task_methods: what the step calls on its task: a task trains with this step type exactly when it
+            has them all.
+    """
+
+    target: str
+    task_methods: tuple[str, ...]
+
+
+# kind (``trainer.kind``, a task's ``trains``) -> step type
+STEP_TYPES: dict[str, StepType] = {
+    "grpo": StepType("rankrl.rl.steps.GRPOStep", ("train_examples", "score")),
+    "sft": StepType("rankrl.rl.steps.SFTStep", ("sft_examples",)),
+}
+
+
+def step_kind(target: str | None) -> str | None:
+    """The kind of the step type whose class ``target`` names (``grpo`` or ``sft``); None if none does."""
+    return next((kind for kind, step in STEP_TYPES.items() if step.target == target), None)
 
 
 @dataclass
@@ -69,7 +97,7 @@ class TrainerConfig:
         epochs: when set, ``max_steps`` becomes ceil(epochs * pairs / examples_per_step).
     """
 
-    _target_: str = "rankrl.rl.steps.GRPOStep"
+    _target_: str = STEP_TYPES["grpo"].target
     max_steps: int = 20
     micro_batch_size: int = 8
     lr: float = 1e-5
@@ -101,7 +129,9 @@ class TrainerConfig:
     @property
     def kind(self) -> str:
         """``grpo`` or ``sft``: the step type ``_target_`` names."""
-        return STEP_TYPES[self._target_]
+        kind = step_kind(self._target_)
+        assert kind is not None, self._target_  # __post_init__ checked it
+        return kind
 
     @property
     def rows_per_step(self) -> int:
@@ -118,8 +148,9 @@ class TrainerConfig:
             self.sampling = SamplingParams(**self.sampling)
         if not isinstance(self.sampling.stop, tuple):
             self.sampling = replace(self.sampling, stop=tuple(self.sampling.stop))
-        if self._target_ not in STEP_TYPES:
-            raise ConfigError(f"trainer._target_={self._target_!r}; valid: {', '.join(STEP_TYPES)}")
+        if step_kind(self._target_) is None:
+            valid = ", ".join(step.target for step in STEP_TYPES.values())
+            raise ConfigError(f"trainer._target_={self._target_!r}; valid: {valid}")
         positive = (
             "max_steps",
             "micro_batch_size",

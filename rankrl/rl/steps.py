@@ -2,8 +2,9 @@
 
 A step takes the indices of its examples, runs forward/backward in micro-batches, calls the loop's
 ``optimizer_step`` and returns its metrics. The loop (``rankrl.rl.trainer``) owns everything else. Step types
-are registered by the config class that selects them (``trainer=grpo|dr_grpo|dapo|sft``), so a new one
-is a class here and a YAML file, with no change to the loop.
+are registered in one place, ``rankrl.rl.config.STEP_TYPES`` (torch-free, so the config checks read it
+before a model loads), and selected by a trainer config's ``_target_`` (``trainer=grpo|dr_grpo|dapo|sft``):
+a new one is a class here, an entry there and a YAML file, with no change to the loop.
 
 - ``GRPOStep``: G completions per prompt -> the task's rewards -> group-relative advantages (per span when
   the task scores spans) -> clipped ratio loss -> update(s) -> new weights to the rollout engine.
@@ -31,7 +32,7 @@ from rankrl.rl.batch import (
     to_policy_batch,
     token_logprobs,
 )
-from rankrl.rl.config import TrainerConfig
+from rankrl.rl.config import STEP_TYPES, TrainerConfig
 from rankrl.rl.losses import count_loss_items, policy_loss
 from rankrl.rl.spans import SpanBatch, span_advantages, span_masks, span_weights
 from rankrl.rl.task import SFTExample, Span, TrainTask
@@ -58,28 +59,17 @@ class Step(Protocol):
         """The policy's weights were replaced (resume): refresh whatever copies them."""
 
 
-_STEPS: dict[str, Callable[..., Step]] = {}
-
-
-def register_step(cls: Callable[..., Step]) -> Callable[..., Step]:
-    """Register a step type under its import path, the ``_target_`` a trainer config names."""
-    _STEPS[f"{cls.__module__}.{cls.__qualname__}"] = cls
-    return cls
-
-
 def build_step(cfg: TrainerConfig, **parts: Any) -> Step:
-    """The step type ``cfg._target_`` names, built from ``parts`` (policy, model, tokenizer, task, ...)."""
-    if cfg._target_ not in _STEPS:
-        raise ValueError(
-            f"trainer._target_={cfg._target_!r} is no registered step; valid: {', '.join(_STEPS)}"
-        )
-    return _STEPS[cfg._target_](cfg=cfg, **parts)
+    """The step type ``cfg._target_`` names (``STEP_TYPES``, which ``TrainerConfig`` checked it against),
+    built from ``parts`` (policy, model, tokenizer, task, ...)."""
+    from hydra.utils import get_class
+
+    return get_class(STEP_TYPES[cfg.kind].target)(cfg=cfg, **parts)
 
 
 # ---------------------------------------------------------------------------------------------------- GRPO
 
 
-@register_step
 class GRPOStep:
     """One GRPO step.
 
@@ -363,7 +353,6 @@ def sft_token_ids(
     return prompt, tokenizer(tail, add_special_tokens=False)["input_ids"]
 
 
-@register_step
 class SFTStep:
     """One SFT step over ``cfg.examples_per_step`` examples.
 
