@@ -6,7 +6,13 @@ protocols below; tasks are built from Hydra ``_target_``s, so the core never nam
 
 - ``EvalTask``: anything with an inference procedure to score (a first-stage baseline needs no model).
 - ``TrainTask``: an ``EvalTask`` that can also be trained, by GRPO (``train_examples`` + ``score``) or by
-  SFT (``sft_examples``). ``TaskBase`` gives the defaults a single-policy task needs.
+  SFT (``sft_examples``). ``TaskBase`` gives what every task shares (its roles and their binding).
+
+Capabilities. A task trains with a step type exactly when it has the methods that step calls
+(``rankrl.rl.config.STEP_TYPES``): ``TaskBase`` derives ``trains`` from the class, so the check a run's
+config passes before anything loads (``rankrl.config.check_trainable``) is true by construction. A task
+with fewer capabilities than another is not its subclass with stubs: it shares the other's pieces
+(settings, data, module functions) and defines only what it serves.
 
 Roles. A method may train several policies that serve each other (one writes query keywords, another item
 keywords). Each is a *role* with its own model, weights and run folders. A stage trains one role; the
@@ -133,38 +139,51 @@ class TrainTask(EvalTask, Protocol):
         """Cheap metrics on a fixed probe set, logged every ``monitor_every`` steps as ``monitor/<name>``."""
 
 
+def capabilities(cls: type) -> frozenset[str]:
+    """The step types ``cls`` can train with: those whose task methods (``STEP_TYPES``) it has."""
+    from rankrl.rl.config import STEP_TYPES
+
+    return frozenset(
+        kind
+        for kind, step in STEP_TYPES.items()
+        if all(callable(getattr(cls, method, None)) for method in step.task_methods)
+    )
+
+
 class TaskBase:
-    """Defaults for a trainable single-policy task; subclasses override what they offer."""
+    """What every task shares: its name, its roles and the binding of a stage's role to the others'
+    generators. It offers no training method: a subclass defines those it serves, and its ``trains`` is
+    derived from them (``capabilities``)."""
 
     name: ClassVar[str] = "task"
     uses_model: ClassVar[bool] = True
     roles: ClassVar[tuple[str, ...]] = (DEFAULT_ROLE,)
-    # what the task provides beyond evaluation: "grpo" (train_examples, score, monitor), "sft" (sft_examples).
-    # Checked when a training run's config is built (rankrl.config.check_trainable), so an evaluation-only
-    # task never reaches a stub below
+    # the step types the task trains with ("grpo": train_examples + score; "sft": sft_examples), derived
+    # from its methods when the class is defined; checked when a training run's config is built
+    # (rankrl.config.check_trainable). A class may declare fewer (never more) than it has methods for
     trains: ClassVar[frozenset[str]] = frozenset()
 
     role: str = DEFAULT_ROLE
     generators: Mapping[str, Generator] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        served = capabilities(cls)
+        declared = cls.__dict__.get("trains")
+        if declared is None:
+            cls.trains = served
+        elif not frozenset(declared) <= served:
+            missing = sorted(frozenset(declared) - served)
+            raise TypeError(
+                f"{cls.__name__} declares trains={sorted(declared)}, without the methods of {missing} "
+                "(rankrl.rl.config.STEP_TYPES)"
+            )
 
     def bind(self, role: str, generators: Mapping[str, Generator]) -> None:
         if role not in self.roles:
             raise ValueError(f"task {self.name!r} has no role {role!r}; its roles: {', '.join(self.roles)}")
         self.role, self.generators = role, dict(generators)
 
-    def train_examples(self) -> list[Example]:
-        raise NotImplementedError(f"task {self.name!r} has no GRPO prompts")
-
-    def sft_examples(self) -> list[SFTExample]:
-        raise NotImplementedError(f"task {self.name!r} has no SFT examples; trainer=sft needs them")
-
-    def score(self, examples: Sequence[Example], completions: Sequence[str]) -> Scores:
-        raise NotImplementedError(f"task {self.name!r} has no reward")
-
     def monitor(self, generators: Mapping[str, Generator]) -> dict[str, float]:
+        """No probe metrics unless a task defines them."""
         return {}
-
-    def evaluate(
-        self, generators: Mapping[str, Generator], split: str, limit: int | None = None
-    ) -> dict[str, Any]:
-        raise NotImplementedError(f"task {self.name!r} has no evaluation")

@@ -414,8 +414,6 @@ class CoGRTask(CatalogOnDemand, TaskBase):
         seed: the base-model keyword file's identity (sampling is seeded by the run).
     """
 
-    trains = frozenset({"grpo", "sft"})
-
     name = "cogr"
     roles = ("query", "item")
 

@@ -559,12 +559,19 @@ def _proposed(pools: Sequence[Pool], slates: Sequence[Sequence[str]]) -> dict[st
     return {p.uid: [s for s in slate if s in p.by_key] for p, slate in zip(pools, slates)}
 
 
-# ---- 7. The task as the loop sees it -----------------------------------------------------------------------
+# ---- 7. The tasks as the loop sees them --------------------------------------------------------------------
+# Three tasks build the table's rows from one settings schema and its candidate pools (``FGRPOSettings``)
+# and the functions above. None is another's subclass, so each has the methods of what it serves and no
+# other (``TaskBase`` derives ``trains`` from them): ``FGRPOTask`` trains with GRPO and SFT, ``TwoStepTask``
+# with SFT (decoupled), ``PopularityTask`` with nothing.
 
 
 @dataclass
-class FGRPOTask(TaskBase):
-    """Slate-then-rank in one rollout, trained by SFT then F-GRPO (or GRPO); Hydra builds it by ``_target_``.
+class FGRPOSettings:
+    """The settings every F-GRPO row is built from (the keys of conf/task/fgrpo.yaml, checked once here) and
+    the candidate pools they define. Not a task: each task below is these settings plus what it serves. The
+    unified rollout's own keys (``factorized``, ``lam``, ``slate_reward``, ``format_penalty``,
+    ``probe_queries``) reach the two-step and popularity rows too, which read the pools, n and k only.
 
     Args:
         benchmark: ``movielens-100k``, ``lastfm``, ``hotpotqa`` or ``musique`` (or a loaded ``Benchmark``).
@@ -588,10 +595,6 @@ class FGRPOTask(TaskBase):
         num_candidates: the pool size every query must have.
         seed: the QA id shuffle and the SFT fillers.
     """
-
-    trains = frozenset({"grpo", "sft"})
-
-    name = "fgrpo"
 
     benchmark: str | Benchmark  # no default: conf/task/fgrpo.yaml passes the run's benchmark
     benchmark_options: Mapping[str, Any] | None = None
@@ -629,7 +632,6 @@ class FGRPOTask(TaskBase):
                 f"need format_penalty < 0 and lam >= 0, got {self.format_penalty} and {self.lam}"
             )
 
-    # -- data
     @cached_property
     def bench(self) -> Benchmark:
         if isinstance(self.benchmark, Benchmark):
@@ -665,6 +667,14 @@ class FGRPOTask(TaskBase):
         evaluation takes (rankrl.gpu_plan scales a smoke evaluation's cost by it; the smoke's
         ``eval_queries`` would size the paper's evaluations to its few queries)."""
         return len(self.pools(split))
+
+
+@dataclass
+class FGRPOTask(FGRPOSettings, TaskBase):
+    """Slate-then-rank in one rollout, trained by SFT then F-GRPO (or GRPO); Hydra builds it by ``_target_``
+    with the settings of ``FGRPOSettings``."""
+
+    name = "fgrpo"
 
     # -- training
     def train_examples(self) -> list[Example]:
@@ -797,7 +807,7 @@ def _cost(answers: Sequence[Any], queries: int, queries_total: int) -> dict[str,
 
 
 @dataclass
-class TwoStepTask(FGRPOTask):
+class TwoStepTask(FGRPOSettings, TaskBase):
     """Select, then rank, in two LLM calls: the zero-shot two-step and the decoupled-SFT baselines.
 
     Role ``selector`` writes ``<SLATE>``; role ``ranker`` sees only the selected candidates and writes
@@ -805,9 +815,9 @@ class TwoStepTask(FGRPOTask):
     inference the ranker ranks the selector's slate, as in the paper's pipeline.
     """
 
+    name = "fgrpo"
     roles = ("selector", "ranker")
     role = "selector"
-    trains = frozenset({"sft"})  # decoupled SFT; F-GRPO and GRPO train FGRPOTask (the unified rollout)
 
     def sft_examples(self) -> list[SFTExample]:
         out = []
@@ -829,14 +839,6 @@ class TwoStepTask(FGRPOTask):
                     )
                 )
         return out
-
-    # inherited from the unified task, but not this one's: a config never reaches them (trains = {"sft"}),
-    # and a direct call must not quietly build unified F-GRPO prompts
-    def train_examples(self) -> list[Example]:
-        raise NotImplementedError("the two-step baselines train with trainer=sft only (TwoStepTask.trains)")
-
-    def score(self, examples: Sequence[Example], completions: Sequence[str]) -> Scores:
-        raise NotImplementedError("the two-step baselines have no reward (TwoStepTask.trains)")
 
     def two_step(self, generators: Mapping[str, Generator], pools: Sequence[Pool]):
         """Slates from the selector, then rankings of those slates from the ranker (an empty slate is not
@@ -869,16 +871,13 @@ class TwoStepTask(FGRPOTask):
         rankings = [final_ranking(r, p, self.rank_size) for r, p in zip(ranks, pools)]
         return evaluation(pools, slates, rankings, ok, answers, self.split_size(split))
 
-    def monitor(self, generators: Mapping[str, Generator]) -> dict[str, float]:
-        return {}
-
 
 def _single_phase(text: Any, tag: str, pool: Pool) -> Phase | None:
     return find_phase(text if isinstance(text, str) else "", tag, 0, pool.separators)[0]
 
 
 @dataclass
-class PopularityTask(FGRPOTask):
+class PopularityTask(FGRPOSettings, TaskBase):
     """Most popular first, no model: the classic recommendation baseline on the very same pools, scored like
     every other row. The slate is the n candidates with the most training interactions (the benchmark's
     ``runs['popularity']``, built by ``rankrl.data.recsys``), the ranking its top k; ties keep the pool's
@@ -886,9 +885,9 @@ class PopularityTask(FGRPOTask):
     at chance. Recommendation benchmarks only: QA pools have no popularity.
     """
 
+    name = "fgrpo"
     uses_model = False
     roles = ()
-    trains = frozenset()
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -896,15 +895,6 @@ class PopularityTask(FGRPOTask):
         if name in QA_BENCHMARKS:
             valid = ", ".join(d for d in DOMAINS if d not in QA_BENCHMARKS)
             raise ValueError(f"popularity needs a recommendation benchmark, got {name!r}; valid: {valid}")
-
-    def train_examples(self) -> list[Example]:
-        raise NotImplementedError("the popularity baseline has no model to train (PopularityTask.trains)")
-
-    def sft_examples(self) -> list[SFTExample]:
-        raise NotImplementedError("the popularity baseline has no model to train (PopularityTask.trains)")
-
-    def score(self, examples: Sequence[Example], completions: Sequence[str]) -> Scores:
-        raise NotImplementedError("the popularity baseline has no reward (PopularityTask.trains)")
 
     def evaluate(
         self, generators: Mapping[str, Generator], split: str, limit: int | None = None
@@ -917,6 +907,3 @@ class PopularityTask(FGRPOTask):
         slates = [order[: self.slate_size] for order in orders]
         rankings = [order[: self.rank_size] for order in orders]
         return evaluation(pools, slates, rankings, [True] * len(pools), [], self.split_size(split))
-
-    def monitor(self, generators: Mapping[str, Generator]) -> dict[str, float]:
-        return {}

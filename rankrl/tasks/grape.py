@@ -356,8 +356,12 @@ TRAIN_SOURCES: Mapping[str, Sequence[str]] = MappingProxyType(
 SPLIT_ALIASES: Mapping[str, Mapping[str, str]] = MappingProxyType({"cirr": MappingProxyType({"test": "dev"})})
 
 
-class GrapeTask(TaskBase):
-    """GRAPE's prompts, rewards, probe monitor and recall evaluation; Hydra builds it by ``_target_``.
+class GrapeGalleries:
+    """The settings every GRAPE row is built from (the keys of conf/task/grape.yaml, checked once here), the
+    galleries they define and the frozen retriever's measurements of a set of query texts. Not a task: the
+    rewriter (``GrapeTask``) and the raw-query baseline (``RawQueryTask``) each hold these and add what they
+    serve; the rewriter's keys (``reward``, ``prompt``, ``compress_words``, ...) reach the baseline too,
+    which reads the galleries and ``eval_k`` only.
 
     Args:
         benchmark: the evaluation benchmark (a name for ``rankrl.data.load_benchmark``, or a ``Benchmark``).
@@ -387,8 +391,6 @@ class GrapeTask(TaskBase):
         warm_start_drop: the share of query words the format warm start's targets leave out (0: a copy).
         seed: fixes the probe set and the warm start's dropped words.
     """
-
-    trains = frozenset({"grpo", "sft"})
 
     name = "grape"
 
@@ -515,6 +517,24 @@ class GrapeTask(TaskBase):
             self._galleries[(name, split)] = Gallery(queries, gold, excluded, self._indexes[key], dropped)
         return self._galleries[(name, split)]
 
+    # ---- the frozen retriever's measurements ----
+
+    def measure(self, gallery: Gallery, texts: Sequence[str]) -> dict[str, float]:
+        """``retrieval_means`` of ``texts`` (one per query of ``gallery``) under the frozen retriever."""
+        return retrieval_means(self.measure_per_query(gallery, texts), self.eval_k)
+
+    def measure_per_query(self, gallery: Gallery, texts: Sequence[str]) -> pd.DataFrame:
+        """The per-query values behind ``measure`` (``retrieval_table``)."""
+        vectors = self.retriever.encode_queries(list(texts))
+        return retrieval_table(gallery, vectors, texts, self.eval_k, self.gold)
+
+
+class GrapeTask(GrapeGalleries, TaskBase):
+    """GRAPE's prompts, rewards, probe monitor and recall evaluation over the galleries of
+    ``GrapeGalleries`` (its settings); Hydra builds it by ``_target_``."""
+
+    # ---- training queries ----
+
     def train_gallery(self) -> Gallery:
         gallery = self.gallery(self.train_name, self.train_split)
         if self.max_train_queries is not None:
@@ -640,15 +660,6 @@ class GrapeTask(TaskBase):
             cost["calls"] += 1
         return texts, np.array(ok, dtype=bool), cost
 
-    def measure(self, gallery: Gallery, texts: Sequence[str]) -> dict[str, float]:
-        """``retrieval_means`` of ``texts`` (one per query of ``gallery``) under the frozen retriever."""
-        return retrieval_means(self.measure_per_query(gallery, texts), self.eval_k)
-
-    def measure_per_query(self, gallery: Gallery, texts: Sequence[str]) -> pd.DataFrame:
-        """The per-query values behind ``measure`` (``retrieval_table``)."""
-        vectors = self.retriever.encode_queries(list(texts))
-        return retrieval_table(gallery, vectors, texts, self.eval_k, self.gold)
-
     def monitor(self, generators: Mapping[str, Generator]) -> dict[str, Any]:
         """The score-inflation probe: greedy rewrites of the fixed probe set of training queries.
 
@@ -693,8 +704,9 @@ class GrapeTask(TaskBase):
         return {"metrics": metrics, "cost": cost, "rewrites": rewrites, "per_query": table}
 
 
-class RawQueryTask(GrapeTask):
-    """The "raw query" baseline: the original query straight into the frozen retriever, no LLM.
+class RawQueryTask(GrapeGalleries, TaskBase):
+    """The "raw query" baseline: the original query straight into the frozen retriever, no LLM (evaluation
+    only: it has no training method).
 
     CIRR: the modification text alone (CLIP cannot take the reference image and the text together; the paper
     leaves this cell empty).
@@ -702,7 +714,6 @@ class RawQueryTask(GrapeTask):
 
     uses_model = False
     roles: tuple[str, ...] = ()
-    trains = frozenset()  # evaluation only
 
     def evaluate(
         self, generators: Mapping[str, Generator], split: str, limit: int | None = None
