@@ -23,9 +23,14 @@ def _experiment_text(name: str) -> str:
     return (CONFIG_DIR / "experiment" / f"{name}.yaml").read_text()
 
 
+PIPELINES = [e for e in EXPERIMENTS if "\npipeline:" in _experiment_text(e)]
+
+
 def test_there_are_experiments():
-    # glob(*) would silently miss nested folders (STYLE.md): count what rglob finds instead
+    # glob(*) would silently miss nested folders (STYLE.md): count what rglob finds instead; the pipelines
+    # too, which parametrize a test of their own (an empty list would run none of it)
     assert len(EXPERIMENTS) >= 5, EXPERIMENTS
+    assert len(PIPELINES) >= 5, PIPELINES
 
 
 @pytest.mark.parametrize("profile", ["cpu", "paper", "smoke"])
@@ -199,7 +204,7 @@ def test_a_trainer_the_task_cannot_use_stops_before_anything_loads():
     check_trainable(compose("train", ["experiment=fgrpo/twostep", "trainer=sft"]))
 
 
-@pytest.mark.parametrize("experiment", [e for e in EXPERIMENTS if "\npipeline:" in _experiment_text(e)])
+@pytest.mark.parametrize("experiment", PIPELINES)
 def test_every_pipeline_stage_trains_what_its_task_trains(experiment: str):
     """run_pipeline checks every stage's config before its first stage; here for every pipeline the suite
     ships."""
@@ -211,6 +216,7 @@ def test_every_pipeline_stage_trains_what_its_task_trains(experiment: str):
     cfg = compose("train", [f"experiment={experiment}"])
     roles = list(cfg.roles) if cfg.get("roles") else ["policy"]
     stages = plan(expand(OmegaConf.to_container(cfg.pipeline, resolve=True)), roles)
+    assert stages
     for stage in stages:
         check_config(
             compose("train", [*stage.overrides, f"experiment={experiment}"]), train=stage.entry == "train"

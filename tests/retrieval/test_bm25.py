@@ -57,6 +57,7 @@ def test_excluded_ids_are_dropped_and_k_kept(lucene_bm25, dl19_sample) -> None:
     full = lucene_bm25.search(queries, 10)
     excluded = {q: list(r)[:2] for q, r in full.items()}  # ban each query's two best passages
     run = search_excluding(lucene_bm25, queries, 10, excluded)
+    assert len(queries) == 4 and set(run) == set(queries)  # every query answered: the loop checks each
     for qid, ranking in run.items():
         assert len(ranking) == 10 and not set(excluded[qid]) & set(ranking)
         assert list(ranking)[:8] == list(full[qid])[2:]

@@ -101,6 +101,7 @@ def test_top_k_logprobs_are_renormalized_over_the_kept_tokens(policy):
         PROMPTS[:2], n=3, sampling=SamplingParams(max_new_tokens=5, temperature=0.8, top_k=5)
     )
     model.eval()
+    assert len(out.completion_ids) == len(out.logprobs) == 6  # 2 prompts x 3: the loop checks each
     for p, c, lp in zip(out.prompt_ids, out.completion_ids, out.logprobs):
         expected = teacher_forced(model, p, c, 0.8, top_k=5)
         assert torch.isfinite(expected).all()  # every sampled token was among the top 5

@@ -124,7 +124,7 @@ def test_two_roles_sleep_and_wake_only_their_own_memory(model_dir, gpu_sleep):
     item_data = [gpu_sleep.pointer_to_data[ptr] for ptr in owned["item"]]
     assert all(data.is_asleep for data in item_data)  # as the item role left them: asleep, backed up
     weights = [data for data in item_data if data.tag == "weights"]
-    assert all(data.cpu_backup_tensor is not None for data in weights)
+    assert weights and all(data.cpu_backup_tensor is not None for data in weights)
     assert engines["item"].generate(PROMPT, n=1, sampling=GREEDY).completion_ids == before
 
 

@@ -646,6 +646,7 @@ def test_setwise_sft_targets_are_the_gold_labels(dl20):
     from rankrl.tasks.rankr1 import parse_answer, setwise_training_examples, sft_completion
 
     examples = setwise_training_examples(dl20, "judged_pool", 5, 0, 100, lambda d: d, reasoning=False)
+    assert len(examples) >= 50  # the loop below checks 50 of them
     for ex in examples[:50]:
         completion = sft_completion(ex, "gold", reasoning=False)
         assert completion == f"<answer>[{ex.target['gold'] + 1}]</answer>"
