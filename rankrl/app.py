@@ -6,8 +6,8 @@ it is empty the run has the single role ``policy`` built from ``cfg.model`` and 
 role gets its own model object and its own engine, so no update ever reaches another role's weights.
 
 ``init_from`` names the run whose final weights start a role: a run folder, or an experiment name
-(``outputs/<experiment>/<scale>-<model>/seed<seed>``, the folder that experiment writes). A run that has not
-finished stops with the command that makes it.
+(``outputs/<experiment>/<scale>-<model>/seed<seed>``, the folder that experiment writes:
+``rankrl.run_folders``). A run that has not finished stops with the command that makes it.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from rankrl import distributed as ddp
+from rankrl import run_folders
 from rankrl.errors import ConfigError, EnvironmentProblem
 from rankrl.rl.config import eval_sampling
 from rankrl.rl.task import DEFAULT_ROLE, EvalTask
 from rankrl.rollout.base import Generator, RolloutEngine, engine_generator, with_progress
-from rankrl.runs import METRICS_FILE
 
 log = logging.getLogger(__name__)
 
@@ -128,21 +128,14 @@ def check_train_role(cfg: DictConfig, task: EvalTask) -> str:
 
 
 def resolve_init_from(value: str | Path, cfg: DictConfig) -> Path:
-    """The finished run folder that ``value`` names: a folder, or an experiment name (its seed's folder)."""
-    path = Path(str(value))
-    candidates = (
-        [path]
-        if path.is_absolute()
-        else [path, Path(cfg.paths.log_dir) / path / f"{cfg.scale}-{cfg.model.name}" / f"seed{cfg.seed}"]
-    )
-    for run in candidates:
-        if (run / METRICS_FILE).exists() and (run / "checkpoints").is_dir():
-            return run.resolve()
-    command = f"python -m rankrl.train experiment={value} seed={cfg.seed}"
-    raise ConfigError(
-        f"init_from={value}: no finished training run at {' or '.join(map(str, candidates))}; "
-        f"run `{command}` first (or `python -m rankrl.pipeline` for a pipeline)"
-    )
+    """The finished run folder that ``value`` names: a folder, or an experiment name (its seed's folder);
+    the same answer experiments/lib.sh gets before it launches a row (``rankrl.run_folders``)."""
+    try:
+        return run_folders.finished_training_run(
+            value, scale=cfg.scale, model=cfg.model.name, seed=cfg.seed, logs=cfg.paths.log_dir
+        )
+    except run_folders.InputMissing as err:
+        raise ConfigError(str(err)) from None
 
 
 def build_policy(
@@ -198,7 +191,7 @@ def policy_dir(ckpt: Path) -> Path:
     """Accept a run folder, a ``checkpoints`` folder (its latest), a checkpoint folder or its ``policy``."""
     from rankrl.rl.checkpoint import latest_checkpoint
 
-    for root in (ckpt / "checkpoints", ckpt):
+    for root in (ckpt / run_folders.CHECKPOINTS_DIR, ckpt):
         if (root / "latest").exists():
             found = latest_checkpoint(root)
             if found is not None:

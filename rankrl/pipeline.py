@@ -4,7 +4,8 @@ python -m rankrl.pipeline experiment=<paper>/<pipeline experiment> [overrides fo
 python -m rankrl.pipeline ... pipeline_nproc=8    # each training stage on 8 GPUs of this node (torchrun)
 
 An experiment declares its pipeline as a list; each stage is one run of ``rankrl.train`` or
-``rankrl.evaluate`` in a fixed folder, ``outputs/<experiment>/<scale>-<model>/seed<k>/<stage>/``:
+``rankrl.evaluate`` in a fixed folder, ``outputs/<experiment>/<scale>-<model>/seed<k>/<stage>/``
+(``rankrl.run_folders`` owns the layout):
 
     pipeline:
       - {name: sft, role: policy, overrides: [trainer=sft, trainer.max_steps=40]}
@@ -19,8 +20,11 @@ default ``policy``); ``overrides`` (Hydra overrides of this stage only); ``init_
 from the base weights instead of the role's latest stage).
 
 Every role starts from the newest earlier stage that trained it, and the frozen roles of a stage serve
-from theirs, so a round always meets the other side's latest weights. A stage whose ``metrics.json``
-exists is skipped; a killed training stage resumes from its last checkpoint when the pipeline is rerun.
+from theirs, so a round always meets the other side's latest weights. Whether a stage runs is
+``rankrl.run_folders.launch_or_skip``'s answer, the one experiments/lib.sh gets for a single run: a stage
+whose ``metrics.json`` exists is skipped; one whose ``init_from`` (given in the config or on the command
+line, for a role no earlier stage trains) names no finished training run stops the pipeline with the
+command that makes it; a killed training stage resumes from its last checkpoint when the pipeline is rerun.
 """
 
 from __future__ import annotations
@@ -36,10 +40,10 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 import rankrl.config  # noqa: F401  (resolvers, schemas, offline defaults)
+from rankrl import run_folders
 from rankrl.config import CONFIG_DIR, check_config, check_overrides
 from rankrl.errors import ConfigError
 from rankrl.rl.task import DEFAULT_ROLE
-from rankrl.runs import METRICS_FILE
 
 log = logging.getLogger("rankrl.pipeline")
 
@@ -139,7 +143,7 @@ def stage_command(
         *launch_command(stage.entry, nproc),
         *stage.overrides,
         *user_overrides,
-        f"hydra.run.dir={root / stage.name}",
+        f"hydra.run.dir={run_folders.stage_folder(root, stage.name)}",
         f"experiment_name={experiment_name}/{stage.name}",
     ]
     single = roles == [DEFAULT_ROLE]
@@ -147,10 +151,27 @@ def stage_command(
         if source is None:
             continue
         key = "init_from" if single else f"roles.{role}.init_from"
-        cmd.append(f"{key}={root / source}")
+        cmd.append(f"{key}={run_folders.stage_folder(root, source)}")
     if stage.entry == "train":
         cmd += [f"train_role={stage.role}", "trainer.resume=true"]
     return cmd
+
+
+def stage_inputs(stage: Stage, cfg: DictConfig) -> list[str]:
+    """The runs that start ``stage``'s roles and that no earlier stage makes: the ``init_from`` of each role
+    without a ``starts`` source, as the stage's composed config ``cfg`` sets it (experiment file or command
+    line); the pipeline's own sources are its earlier stages, finished by the time it launches."""
+    roles = cfg.get("roles") or {}
+    given = (
+        {DEFAULT_ROLE: cfg.get("init_from")}
+        if not roles
+        else {name: node.get("init_from") for name, node in roles.items()}
+    )
+    return [
+        str(value)
+        for role, value in given.items()
+        if value is not None and str(value).lower() != "none" and stage.starts.get(role) is None
+    ]
 
 
 def compose(overrides: list[str]) -> DictConfig:
@@ -173,22 +194,31 @@ def run_pipeline(overrides: list[str]) -> Path:
         raise ConfigError(f"pipeline_nproc={cfg.pipeline_nproc}: processes per training stage, 1 or more")
     roles = list(cfg.roles) if cfg.get("roles") else [DEFAULT_ROLE]
     stages = plan(expand(OmegaConf.to_container(cfg.pipeline, resolve=True)), roles)
-    root = Path(cfg.paths.log_dir) / cfg.experiment_name / f"{cfg.scale}-{cfg.model.name}" / f"seed{cfg.seed}"
+    identity = {"scale": cfg.scale, "model": cfg.model.name, "seed": cfg.seed}
+    root = run_folders.run_folder(cfg.experiment_name, **identity, logs=cfg.paths.log_dir)
+    inputs = {}
     for stage in stages:  # every stage's config passes its checks (a training stage trains its task) first
-        check_config(compose([*stage.overrides, *overrides]), train=stage.entry == "train")
+        stage_cfg = compose([*stage.overrides, *overrides])
+        check_config(stage_cfg, train=stage.entry == "train")
+        inputs[stage.name] = stage_inputs(stage, stage_cfg)
     for i, stage in enumerate(stages, 1):
-        folder = root / stage.name
+        folder = run_folders.stage_folder(root, stage.name)
         head = (
             f"[{i}/{len(stages)}] {stage.name} "
             f"({stage.entry}{', role ' + stage.role if stage.entry == 'train' else ''})"
         )
-        if (folder / METRICS_FILE).exists():
+        verdict = run_folders.launch_or_skip(
+            folder, inputs=inputs[stage.name], **identity, logs=cfg.paths.log_dir
+        )
+        if verdict.action == "done":
             print(f"{head}: done ({folder})", flush=True)
             continue
+        if verdict.action == "missing":
+            raise ConfigError(f"pipeline stage {stage.name!r}: {verdict.reason}")
         cmd = stage_command(stage, root, roles, overrides, cfg.experiment_name, cfg.pipeline_nproc)
         print(f"{head} -> {folder}", flush=True)
         # on W&B the stages are one group, each stage its job type: the pipeline reads as one unit
-        group = f"{cfg.experiment_name}/{cfg.scale}-{cfg.model.name}/seed{cfg.seed}"
+        group = run_folders.run_key(cfg.experiment_name, **identity)
         env = {**os.environ, "WANDB_RUN_GROUP": group, "WANDB_JOB_TYPE": stage.name}
         if subprocess.run(cmd, env=env).returncode != 0:
             raise SystemExit(

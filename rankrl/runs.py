@@ -21,11 +21,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from rankrl.config import REPO_ROOT
 
+# the files' names, with the folders they go in, live in rankrl.run_folders (imported from here too)
+from rankrl.run_folders import CONFIG_FILE, METRICS_FILE, PER_QUERY_FILE
+
+__all__ = ["METRICS_FILE", "PER_QUERY_FILE", "SCHEMA", "run_record", "write_run_files"]
+
 SCHEMA = "rankrl.metrics/v1"
-METRICS_FILE = "metrics.json"
-# the evaluation's per-query values (qid, then one column per metric) where the task has them: what a paired
-# test between two runs compares (rankrl/report/significance.py)
-PER_QUERY_FILE = "per_query.csv"
 
 
 def git_commit() -> str:
@@ -108,7 +109,7 @@ def write_run_files(
     metrics.json (atomically: a reader never sees half a file, and a run with metrics.json is complete)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    (run_dir / CONFIG_FILE).write_text(OmegaConf.to_yaml(cfg, resolve=True))
     if per_query is not None:
         tmp = run_dir / (PER_QUERY_FILE + ".tmp")
         per_query.to_csv(tmp, index_label="qid")
