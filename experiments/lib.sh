@@ -2,8 +2,10 @@
 #
 # Profiles (PROFILE): cpu (default: SmolLM2-135M on this machine), paper (the paper's models: GPUs and the model
 # hub), smoke (the paper rows on the CPU with tiny random models of the paper models' architectures).
-# Every run has its fixed folder <log dir>/<experiment>/<profile>-<model>/seed<SEED>/; a finished run
-# (metrics.json present) is skipped, and a killed training run resumes from its last checkpoint.
+# Every run has its fixed folder, and whether it runs is decided in one place, rankrl/run_folders.py, which
+# the scripts ask (`folders`, run_folder, sweep_folder, runs_root, decide) instead of spelling paths: a
+# finished run is skipped, a run whose init_from has not finished stops the script with the command that
+# makes it, and a killed training run resumes from its last checkpoint.
 # Seeds: SEEDS=N runs each training row (and what evaluates its weights) for seeds 0..N-1 (`for SEED in
 # $(seeds)` in the scripts); evaluation-only rows are greedy and run once, as seed 0. The tables show the
 # mean +- std over the seeds found, and comparisons.md the paired tests (rankrl/report/significance.py).
@@ -17,7 +19,16 @@ set -euo pipefail
 # CPU engine run on RANKRL_THREADS threads (default 2, the build machines' cores) whatever the machine has.
 export OMP_NUM_THREADS=${RANKRL_THREADS:-2} MKL_NUM_THREADS=${RANKRL_THREADS:-2}
 PY=${PY:-.venv/bin/python}
-LOG_DIR=${RANKRL_LOG_DIR:-outputs}
+# the run folders' CLI needs the standard library only: before `make setup` (make -n) any python3 answers it
+FOLDERS_PY=$PY; [[ -x $FOLDERS_PY ]] || FOLDERS_PY=python3
+folders() {  # folders <command> [key=value...]: python -m rankrl.run_folders --help. Its answers are often
+  # command substitutions inside a row's arguments, where set -e does not look: a failed answer (which would
+  # leave an empty folder or init_from) stops the whole script here instead
+  "$FOLDERS_PY" -m rankrl.run_folders "$@" && return
+  echo "error: no answer from python -m rankrl.run_folders $* (its line above); the script stops" >&2
+  kill -s TERM $$; exit 2
+}
+LOG_DIR=$(folders log-dir)  # RANKRL_LOG_DIR, else outputs/
 DATA=${RANKRL_DATA_DIR:-data}
 PROFILE=${PROFILE:-cpu}
 SEEDS=${SEEDS:-1} SEED=0
@@ -29,6 +40,29 @@ case $PROFILE in
 esac
 
 seeds() { seq 0 $((SEEDS - 1)); }  # the seeds of the training rows
+
+run_folder() {  # run_folder <experiment> <model> [stage]: the run folder of this profile and SEED (or its stage's)
+  folders run "experiment=$1" "profile=$PROFILE" "model=$2" "seed=$SEED" ${3:+"stage=$3"}
+}
+
+sweep_folder() {  # sweep_folder <experiment> <model> <key=value>...: the folder of each multirun point, a line each
+  local exp=$1 model=$2; shift 2
+  folders sweep "experiment=$exp" "profile=$PROFILE" "model=$model" "${@/#/point=}"
+}
+
+runs_root() {  # runs_root <experiment> <model>: the folder of every run of it at this profile (seeds, sweep)
+  folders root "experiment=$1" "profile=$PROFILE" "model=$2"
+}
+
+decide() {  # decide <folder> [the run's overrides...]: VERDICT=done|launch and WHY (rankrl.run_folders status:
+  # done = metrics.json present, unless FORCE); a missing input (an init_from that has not finished) stops
+  # the script here, naming the command that makes it, as the run itself would have (DRY_RUN lists it: the
+  # rows that make its input were listed, not run)
+  local answer; answer=$(folders status "$1" ${FORCE:+--force} "${@:2}")
+  VERDICT=${answer%% *} WHY=${answer#* }
+  if [[ $VERDICT == missing && -n "${DRY_RUN:-}" ]]; then VERDICT=launch; fi
+  if [[ $VERDICT == missing ]]; then echo "error: $WHY" >&2; exit 2; fi
+}
 
 multi_gpu() { [[ -n "${NPROC:-}" && $NPROC -gt 1 ]]; }
 
@@ -47,18 +81,17 @@ launcher() {  # launcher <entry point> [sweep]: the command that starts it; trai
 
 # RUN_NAME=<name>: the run folder's experiment name where it is not the experiment file's: a file with an axis
 # in place of copies of itself (one file per method, the benchmark an override) whose experiment_name
-# interpolates the axis value. `run` looks for metrics.json there and FORCE=1 makes `pipeline` clear it.
+# interpolates the axis value. `run` asks whether that folder is done and FORCE=1 makes `pipeline` clear it.
 run() {  # run <entry point> <experiment> <model> [overrides...]; RUN_DIR=<folder> for one value of a sweep
   local entry=$1 exp=$2 model=$3 name=${RUN_NAME:-$2}; shift 3
-  local dir=${RUN_DIR:-"$LOG_DIR/$name/$PROFILE-$model/seed$SEED"}
   local cmd; read -r -a cmd <<< "$(launcher "$entry")"
   cmd+=("experiment=$exp" "profile=$PROFILE" "model=$model" "seed=$SEED" "$@" "${EXTRA[@]}")
   # quoted: a sweep folder's name holds '=' (benchmark=cirr), which Hydra's override grammar would split on
   [[ -n "${RUN_DIR:-}" ]] && cmd+=("hydra.run.dir='$RUN_DIR'")
   if [[ -n "${DRY_RUN:-}" ]]; then echo "${cmd[*]}"; return; fi
-  if [[ -f "$dir/metrics.json" && -z "${FORCE:-}" ]]; then
-    echo "== $name ($model): done ($dir/metrics.json)"; return
-  fi
+  local dir; dir=${RUN_DIR:-$(run_folder "$name" "$model")}
+  decide "$dir" "profile=$PROFILE" "model=$model" "seed=$SEED" "$@" "${EXTRA[@]}"
+  if [[ $VERDICT == done ]]; then echo "== $name ($model): done ($WHY)"; return; fi
   echo "== [$((SECONDS / 60)) min] $name ($entry, $model) -> $dir"
   "${cmd[@]}"
 }
@@ -71,14 +104,14 @@ pipeline() {  # pipeline <experiment> <model> [overrides...]: its stages, each s
   cmd+=("${EXTRA[@]}")
   if [[ -n "${DRY_RUN:-}" ]]; then echo "${cmd[*]}"; return; fi
   echo "== [$((SECONDS / 60)) min] $name (pipeline, $model, seed $SEED)"
-  [[ -n "${FORCE:-}" ]] && rm -rf "$LOG_DIR/$name/$PROFILE-$model/seed$SEED"
+  if [[ -n "${FORCE:-}" ]]; then local dir; dir=$(run_folder "$name" "$model"); rm -rf "$dir"; fi
   "${cmd[@]}"
 }
 
 report() {  # report <paper> [report overrides...]: the tables; smoke tables go beside the smoke runs
   local paper=$1; shift
   local cmd=("$PY" -m rankrl.report "paper=$paper" "$@")
-  [[ $PROFILE == smoke ]] && cmd+=("runs_dir=$LOG_DIR" "out_dir=$LOG_DIR/tables/$paper" "skip_scales=[]")
+  [[ $PROFILE == smoke ]] && cmd+=("runs_dir=$LOG_DIR" "out_dir=$(folders tables "paper=$paper")" "skip_scales=[]")
   if [[ -n "${DRY_RUN:-}" ]]; then echo "${cmd[*]}"; return; fi
   "${cmd[@]}"
 }

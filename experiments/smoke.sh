@@ -13,16 +13,20 @@
 # taskset, the papers run one after the other on every core, as `make smoke-<paper>` does.
 #
 # Every line a lane prints is prefixed with its papers' names; the script fails if any lane fails, after all
-# lanes have ended. Smoke runs and tables go under SMOKE_LOG_DIR (outputs/smoke by default).
+# lanes have ended. Smoke runs and tables go under SMOKE_LOG_DIR (outputs/smoke by default: rankrl/run_folders.py,
+# which names every folder here).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-SMOKE_LOG_DIR=${SMOKE_LOG_DIR:-$PWD/outputs/smoke}
+# the run folders' CLI needs the standard library only; any python3 answers it before `make setup`
+FOLDERS_PY=${PY:-.venv/bin/python}; [[ -x $FOLDERS_PY ]] || FOLDERS_PY=python3
+SMOKE_LOG_DIR=${SMOKE_LOG_DIR:-$("$FOLDERS_PY" -m rankrl.run_folders smoke-log-dir)}
 lanes=("$@")
 [[ ${#lanes[@]} -gt 0 ]] || lanes=(rankr1,fgrpo cogr,grape)
 cores=$(nproc)
 
 smoke() {  # smoke <paper>: its rows again from scratch (a stale finished run would hide a broken path)
-  rm -rf "${SMOKE_LOG_DIR:?}/$1"
+  local runs; runs=$("$FOLDERS_PY" -m rankrl.run_folders paper "paper=$1" "log_dir=$SMOKE_LOG_DIR") || return
+  rm -rf "$runs"
   RANKRL_LOG_DIR=$SMOKE_LOG_DIR PROFILE=smoke bash "experiments/$1/reproduce.sh"
 }
 
@@ -49,7 +53,7 @@ for i in "${!lanes[@]}"; do
   echo "== smoke lane ${lanes[$i]}: cores $first-$last, $per_lane thread(s)"
   (
     export RANKRL_THREADS=$per_lane
-    taskset -c "$first-$last" bash -c "$(declare -f smoke run_lane); SMOKE_LOG_DIR='$SMOKE_LOG_DIR' run_lane '${lanes[$i]}'" 2>&1 |
+    taskset -c "$first-$last" bash -c "$(declare -f smoke run_lane); FOLDERS_PY='$FOLDERS_PY' SMOKE_LOG_DIR='$SMOKE_LOG_DIR' run_lane '${lanes[$i]}'" 2>&1 |
       sed -u "s/^/[${lanes[$i]}] /"
   ) &
   pids+=($!)

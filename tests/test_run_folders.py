@@ -1,5 +1,6 @@
 """One home for the run-folder layout and for launching or skipping a run (rankrl/run_folders.py): Hydra's
-folders agree with it, and its CLI answers what a real tiny training run wrote."""
+folders agree with it, its CLI answers what a real tiny training run wrote, experiments/lib.sh skips and
+stops on its answers, and no script spells a run folder itself."""
 
 from __future__ import annotations
 
@@ -16,12 +17,32 @@ from rankrl import run_folders as rf
 from rankrl.config import CONFIG_DIR, REPO_ROOT
 from tests.conftest import compose
 
+# every script under experiments/ but a GPU speed check that writes two runs of its own into one folder of
+# its own (engine_check), outside the suite's layout (issue 42: left to the engine check's owner)
+NOT_THE_LAYOUTS = {"experiments/engine/gpu_speed.sh"}
+SCRIPTS = sorted(
+    p
+    for p in (REPO_ROOT / "experiments").rglob("*.sh")
+    if str(p.relative_to(REPO_ROOT)) not in NOT_THE_LAYOUTS
+)
+
 
 def _cli(*args: str, env: dict | None = None, cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "rankrl.run_folders", *args],
         cwd=cwd,
         env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+    )
+
+
+def _bash(script: str, env: dict) -> subprocess.CompletedProcess:
+    """``script`` after sourcing experiments/lib.sh, as a paper script runs it (from the repository root)."""
+    return subprocess.run(
+        ["bash", "-c", f"source experiments/lib.sh\n{script}"],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PY": sys.executable, **env},
         capture_output=True,
         text=True,
     )
@@ -137,6 +158,54 @@ def test_init_from_names_a_finished_run_by_folder_experiment_or_stage(tiny_run, 
     assert missing.startswith("missing init_from=core/never_run: no finished training run")
 
 
+def test_lib_sh_skips_a_finished_run_and_stops_before_a_run_whose_input_is_missing(tiny_run):
+    logs, record = tiny_run
+    env = {"RANKRL_LOG_DIR": str(logs), "PROFILE": record["scale"], "DRY_RUN": ""}
+    # the experiment file is not read: a finished run is skipped before anything starts
+    skipped = _bash(f"RUN_NAME={record['experiment']} run train core/no_such_file {record['model']}", env)
+    folder = rf.run_folder(record["experiment"], record["scale"], record["model"], 0, logs)
+    assert skipped.returncode == 0, skipped.stderr[-2000:]
+    assert (
+        skipped.stdout.strip()
+        == f"== {record['experiment']} ({record['model']}): done ({folder}/metrics.json)"
+    )
+
+    stopped = _bash(f"run evaluate core/no_such_file {record['model']} init_from=core/never_run", env)
+    assert stopped.returncode == 2 and "== [" not in stopped.stdout, stopped.stdout  # nothing launched
+    assert "python -m rankrl.train experiment=core/never_run seed=0" in stopped.stderr
+    # a dry run lists the row all the same: the rows that make its input were listed, not run
+    listed = _bash(f"run evaluate x/y {record['model']} init_from=core/never_run", {**env, "DRY_RUN": "1"})
+    assert listed.returncode == 0 and listed.stdout.endswith("init_from=core/never_run\n"), listed.stderr
+
+
+def test_a_failed_answer_stops_the_script_even_inside_an_argument():
+    """An answer used as "init_from=$(run_folder ...)" is out of set -e's sight: empty, the row would start
+    from the base weights; lib.sh stops the script instead."""
+    out = _bash('echo "init_from=$(folders run experiment=x profile=cpu)"; echo went on', {"PROFILE": "cpu"})
+    assert out.returncode != 0 and "went on" not in out.stdout and "init_from=" not in out.stdout
+    assert "missing: ['model', 'seed']" in out.stderr
+
+
+def test_lib_sh_asks_for_folders_as_the_scripts_print_them():
+    env = {"PROFILE": "paper", "SEED": "0", rf.LOG_DIR_ENV: ""}
+    out = _bash(
+        "SEED=1; run_folder rankr1/rankr1_grpo_dl19 qwen2.5-3b; run_folder cogr/cogr_wands m sft_query\n"
+        "sweep_folder rankr1/bm25_bright m benchmark=bright-aops benchmark=bright-pony\n"
+        "runs_root fgrpo/sweep_n m\n"
+        'echo "$LOG_DIR"',
+        env,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "outputs/rankr1/rankr1_grpo_dl19/paper-qwen2.5-3b/seed1",
+        "outputs/cogr/cogr_wands/paper-m/seed1/sft_query",
+        "outputs/rankr1/bm25_bright/paper-m/sweep/benchmark=bright-aops",
+        "outputs/rankr1/bm25_bright/paper-m/sweep/benchmark=bright-pony",
+        "outputs/fgrpo/sweep_n/paper-m",
+        "outputs",
+    ]
+
+
 # ------------------------------------------------------------------------------------- launch or skip
 
 
@@ -194,6 +263,45 @@ def test_a_pipeline_stops_before_a_stage_whose_init_from_has_not_finished(tmp_pa
     assert out.returncode != 0 and "pipeline stage 'sft': init_from=core/never_run" in out.stderr
     assert "python -m rankrl.train experiment=core/never_run seed=0" in out.stderr
     assert not list(tmp_path.rglob("*.json")) and "Traceback" not in out.stderr
+
+
+# ------------------------------------------------------------------------------ no script spells a folder
+
+# what only the layout's owner may write: the log folder, a seed's or a sweep's folder, a profile-model
+# folder, the files a run leaves
+SPELLED = re.compile(
+    r"outputs|\$LOG_DIR/|\$\{?LOG_DIR\}?/|seed\$|seed\{|/sweep|\$\{?PROFILE\}?-|metrics\.json|per_query\.csv"
+    r"|train_log\.jsonl|checkpoints|tables/"
+)
+
+
+def _code(line: str) -> str:
+    """A shell line without its comment (a # after a blank, or at the start)."""
+    return re.sub(r"(^|\s)#.*$", "", line)
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: str(p.relative_to(REPO_ROOT)))
+def test_no_script_spells_a_run_folder(script):
+    spelled = [
+        f"{script.name}:{n}: {line.strip()}"
+        for n, line in enumerate(script.read_text().splitlines(), 1)
+        if SPELLED.search(_code(line))
+    ]
+    assert not spelled, (
+        "ask rankrl/run_folders.py (folders, run_folder, sweep_folder, decide):\n" + "\n".join(spelled)
+    )
+
+
+def test_the_guard_sees_what_the_scripts_used_to_spell():
+    for old in [
+        'RUN_DIR="$LOG_DIR/$exp/$PROFILE-$m/sweep/benchmark=$task" run evaluate',
+        '  [[ -f "$root/$prefix$v/metrics.json" && -z "${FORCE:-}" ]] || todo+=("$v")',
+        "SMOKE_LOG_DIR=${SMOKE_LOG_DIR:-$PWD/outputs/smoke}",
+        '"init_from=$LOG_DIR/rankr1/setwise_sft_dl19/$PROFILE-$m/seed$SEED"',
+        '  local dir=${RUN_DIR:-"$LOG_DIR/$name/$PROFILE-$model/seed$SEED"}',
+    ]:
+        assert SPELLED.search(_code(old)), old
+    assert not SPELLED.search(_code("  echo ok  # run folders: outputs/<experiment>/..."))
 
 
 def test_fgrpo_grpo_starts_from_the_fgrpo_pipelines_sft_stage_by_its_name(tmp_path):

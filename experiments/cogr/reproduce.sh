@@ -46,12 +46,13 @@ rows() {  # rows <catalog> <model>: the cutoff baselines, CoGR (base, SFT, round
     row "run evaluate" dense4b_cutoff "$c" "$m"
     row "run evaluate" splade_cutoff "$c" "$m"
   fi
-  local root
+  local query item
   for SEED in $(seeds); do
     row pipeline cogr "$c" "$m"
     # CoGR*: query-side rounds only, over the item index of CoGR's own SFT stage (of the same seed)
-    root="$LOG_DIR/cogr/cogr_${SHORT[$c]}/$PROFILE-$m/seed$SEED"
-    row pipeline cogr_star "$c" "$m" "roles.query.init_from=$root/sft_query" "roles.item.init_from=$root/sft_item"
+    query=$(run_folder "cogr/cogr_${SHORT[$c]}" "$m" sft_query)
+    item=$(run_folder "cogr/cogr_${SHORT[$c]}" "$m" sft_item)
+    row pipeline cogr_star "$c" "$m" "roles.query.init_from=$query" "roles.item.init_from=$item"
     if [[ "${ABLATIONS:-0}" == 1 ]]; then
       row pipeline cogr_shared "$c" "$m"
       row pipeline cogr_nosft "$c" "$m"

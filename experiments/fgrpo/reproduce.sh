@@ -41,15 +41,18 @@ row() {  # row <evaluate|pipeline> <method> <b> <model> [overrides...]: experime
 
 sweep() {  # sweep <model> <name> <key> <prefix> <values>: GRPO runs from the MovieLens F-GRPO pipeline's SFT
   local m=$1 name=$2 key=$3 prefix=$4 values=$5 v todo=()
-  local root="$LOG_DIR/fgrpo/$name/$PROFILE-$m"
-  for v in ${values//,/ }; do
-    [[ -f "$root/$prefix$v/metrics.json" && -z "${FORCE:-}" ]] || todo+=("$v")
+  local root init
+  root=$(runs_root "fgrpo/$name" "$m")
+  init="init_from=$(SEED=0 run_folder fgrpo/fgrpo_movielens "$m" sft)"
+  for v in ${values//,/ }; do  # each point in the subfolder hydra.sweep.subdir names below
+    decide "$root/$prefix$v" "profile=$PROFILE" "model=$m" "$init"
+    [[ $VERDICT == done ]] || todo+=("$v")
   done
   if [[ ${#todo[@]} -eq 0 ]]; then echo "== fgrpo/$name ($m): done"; return; fi
   local joined; joined=$(IFS=,; echo "${todo[*]}")
   local cmd; read -r -a cmd <<< "$(launcher train sweep)"
   cmd+=(-m experiment=fgrpo/fgrpo "profile=$PROFILE" "model=$m" "benchmark=$(config_of movielens)"
-        "$key=$joined" "init_from=$LOG_DIR/fgrpo/fgrpo_movielens/$PROFILE-$m/seed0/sft" trainer.resume=true
+        "$key=$joined" "$init" trainer.resume=true
         "experiment_name=fgrpo/$name/$prefix\${$key}" "hydra.sweep.dir=$root" "hydra.sweep.subdir=$prefix\${$key}"
         "${EXTRA[@]}")
   if [[ -n "${DRY_RUN:-}" ]]; then echo "${cmd[*]}"; return; fi

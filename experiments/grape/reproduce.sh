@@ -25,22 +25,23 @@ cpu_rows() {  # cpu_rows <model>
   local words  # assigned on its own line, so that a failed read stops the script (set -e)
   for SEED in $(seeds); do
     pipeline grape/cpu_grape_rank "$m"
-    words=$(rewrite_words "$LOG_DIR/grape/cpu_grape_rank/$PROFILE-$m/seed$SEED/grape/metrics.json")
+    words=$(rewrite_words "$(run_folder grape/cpu_grape_rank "$m" grape)")
     pipeline grape/cpu_grape_sim "$m" "task.compress_words=$words"
   done
   SEED=0
 }
 
-rewrite_words() {  # rewrite_words <metrics.json of a GRAPE rank-reward run>: its mean rewrite length, which the
+rewrite_words() {  # rewrite_words <run folder of a GRAPE rank-reward run>: its mean rewrite length, which the
   # compression control asks for
   if [[ -n "${DRY_RUN:-}" ]]; then echo "<mean rewrite_words of grape_rank>"; return; fi
-  "$PY" -c "import json,sys; print(max(1, round(json.load(open(sys.argv[1]))['metrics']['rewrite_words'])))" "$1"
+  "$PY" -c "import sys; from rankrl.run_folders import read_metrics
+print(max(1, round(read_metrics(sys.argv[1])['rewrite_words'])))" "$1"
 }
 
 PAPER_BENCHMARKS="flickr30k-cn cvlue xm3600 wiki-image cirr"
 one() {  # one <entry> <experiment> <model> <retriever> <benchmark> [overrides...]: a sweep point's run
   local entry=$1 exp=$2 m=$3 r=$4 b=$5; shift 5
-  RUN_DIR="$LOG_DIR/$exp/$r/$PROFILE-$m/sweep/benchmark=$b" run "$entry" "$exp" "$m" "retriever=$r" "benchmark=$b" "$@"
+  RUN_DIR=$(sweep_folder "$exp/$r" "$m" "benchmark=$b") run "$entry" "$exp" "$m" "retriever=$r" "benchmark=$b" "$@"
 }
 
 # CIRR's reference photos enter the text rewriter's prompt as captions written once by an open image-to-text
@@ -60,7 +61,7 @@ paper_rows() {  # paper_rows <model>: the main table (ViT-B/16), then the retrie
     one evaluate grape/zeroshot_rewrite "$m" clip-vit-b16 "$b"
     one train grape/grape_rank "$m" clip-vit-b16 "$b" trainer.resume=true
     one train grape/grape_sim "$m" clip-vit-b16 "$b" trainer.resume=true
-    words=$(rewrite_words "$LOG_DIR/grape/grape_rank/clip-vit-b16/$PROFILE-$m/sweep/benchmark=$b/metrics.json")
+    words=$(rewrite_words "$(sweep_folder grape/grape_rank/clip-vit-b16 "$m" "benchmark=$b")")
     one evaluate grape/compress_rewrite "$m" clip-vit-b16 "$b" "task.compress_words=$words"
     for r in $SIZES; do
       one evaluate grape/raw_query "$m" "$r" "$b"

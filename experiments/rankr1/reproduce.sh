@@ -70,9 +70,12 @@ data_step() {  # data_step: at profile=paper, fetch what the paper rows read bey
 }
 
 bright_rows() {  # bright_rows <experiment> <model> [overrides...]: one run per BRIGHT task, in a sweep's folders
-  local exp=$1 m=$2 task; shift 2
+  local exp=$1 m=$2 task points=() listed dirs i=0; shift 2
+  for task in $BRIGHT_TASKS; do points+=("benchmark=$task"); done
+  listed=$(sweep_folder "$exp" "$m" "${points[@]}") || exit  # one question for the twelve folders
+  mapfile -t dirs <<< "$listed"
   for task in $BRIGHT_TASKS; do
-    RUN_DIR="$LOG_DIR/$exp/$PROFILE-$m/sweep/benchmark=$task" run evaluate "$exp" "$m" "benchmark=$task" "$@"
+    RUN_DIR=${dirs[i++]} run evaluate "$exp" "$m" "benchmark=$task" "$@"
   done
 }
 
@@ -85,15 +88,15 @@ paper_rows() {  # paper_rows <model>: Table 1's rows of one model, then its BRIG
   for SEED in $(seeds); do
     # GRPO on MS MARCO (smoke: DL20's judged pools), evaluated on DL19; the same policy is then read on DL20
     RUN_NAME=rankr1/rankr1_grpo_dl19 run train rankr1/rankr1_grpo "$m" benchmark=dl19 trainer.resume=true
-    trec_dl rankr1/rankr1_grpo dl20 "$m" "init_from=$LOG_DIR/rankr1/rankr1_grpo_dl19/$PROFILE-$m/seed$SEED"
+    trec_dl rankr1/rankr1_grpo dl20 "$m" "init_from=$(run_folder rankr1/rankr1_grpo_dl19 "$m")"
     # the Setwise SFT baseline as train_sft.py runs it (one epoch of MS MARCO's gold labels), DL19, then DL20
     run train rankr1/setwise_sft_dl19 "$m" trainer.resume=true
     RUN_NAME=rankr1/setwise_sft_dl20 run evaluate rankr1/setwise_sft_dl19 "$m" benchmark=dl20 \
-      "init_from=$LOG_DIR/rankr1/setwise_sft_dl19/$PROFILE-$m/seed$SEED"
+      "init_from=$(run_folder rankr1/setwise_sft_dl19 "$m")"
   done
   SEED=0  # BRIGHT reads seed 0's policies
-  grpo="init_from=$LOG_DIR/rankr1/rankr1_grpo_dl19/$PROFILE-$m/seed0"
-  sft="init_from=$LOG_DIR/rankr1/setwise_sft_dl19/$PROFILE-$m/seed0"
+  grpo="init_from=$(run_folder rankr1/rankr1_grpo_dl19 "$m")"
+  sft="init_from=$(run_folder rankr1/setwise_sft_dl19 "$m")"
   if ! have_bright; then
     echo "== BRIGHT rows ($m) skipped: no documents under $DATA/bright/documents" \
          "(python -m rankrl.data.prepare --data-dir $DATA --only bright)"
