@@ -511,11 +511,16 @@ def estimate(stage: Stage, gpus: int, gpu: str) -> dict[str, Any]:
 
 
 def kv_cell(est: dict[str, Any], needed: float) -> str:
-    """The KV-cache column: tokens, and the share that would hold ``needed`` tokens where it is short."""
+    """The KV-cache column: tokens, and the share that would hold ``needed`` tokens where it is short (for
+    an evaluation, first the share that holds ``max_model_len``, without which vLLM does not start)."""
     if "kv_tokens" not in est:
         return ""
     tokens = est["kv_tokens"]
     cell = f"{tokens / 1e3:,.0f}k" if tokens >= 1e3 else f"{tokens:.0f}"
+    if tokens < est.get("max_len", 0):  # vLLM refuses to start (the module docstring)
+        share = _ceil(est["share_max_len"])
+        refused = f"< max_model_len {est['max_len']:,}: vLLM does not start"
+        return f"{cell} ({refused}; gpu_memory_utilization {share} holds it)"
     if tokens < needed:
         share = _ceil(est["share_needed"])
         cell += f" (< {needed / 1e3:,.1f}k: gpu_memory_utilization {share}"
@@ -564,6 +569,8 @@ def estimate_evaluation(ev: Evaluation, gpu: str) -> dict[str, float]:
         "memory_gib": (held + max(e["footprint"], e["budget"])) / GIB,
         "kv_tokens": e["kv_tokens"],
         "share_needed": utilization_for_tokens(ev.engine, gpu, ev.longest),
+        "max_len": ev.engine.max_len,
+        "share_max_len": utilization_for_tokens(ev.engine, gpu, ev.engine.max_len),
     }
 
 

@@ -346,6 +346,11 @@ def test_the_kv_column_names_the_share_that_would_hold_a_group():
     assert kv_cell(short, 18_500) == "3k (< 18.5k: gpu_memory_utilization 0.39 would hold it)"
     assert "more than the GPU" in kv_cell({"kv_tokens": 0.0, "share_needed": 1.7}, 10)
     assert kv_cell({}, 10) == ""  # no engine: no claim
+    # an evaluation engine whose cache cannot hold max_model_len: vLLM would not start
+    refused = {"kv_tokens": 24_403.5, "share_needed": 0.4, "max_len": 32768, "share_max_len": 0.4694}
+    assert kv_cell(refused, 100) == (
+        "24k (< max_model_len 32,768: vLLM does not start; gpu_memory_utilization 0.47 holds it)"
+    )
 
 
 def test_a_smoke_on_data_of_its_own_sizes_evaluations_per_n_queries():
