@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rankrl.run_folders import TRAIN_LOG_FILE
+
 log = logging.getLogger(__name__)
 
 
@@ -45,7 +47,7 @@ class RunLogger:
         config: Mapping[str, Any] | None = None,
         name: str | None = None,
     ) -> None:
-        self.path = Path(run_dir) / "train_log.jsonl"
+        self.path = Path(run_dir) / TRAIN_LOG_FILE
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._wandb = _init_wandb(Path(run_dir), wandb_cfg, config, name) if wandb_cfg else None
         self._defined: set[str] = set()
@@ -164,6 +166,6 @@ def _init_wandb(run_dir: Path, cfg: Mapping[str, Any], config: Mapping[str, Any]
             "W&B is unavailable (%s: %s); the run goes on and logs to %s only",
             type(err).__name__,
             err,
-            run_dir / "train_log.jsonl",
+            run_dir / TRAIN_LOG_FILE,
         )
         return None

@@ -34,6 +34,7 @@ import yaml
 
 from rankrl.config import REPO_ROOT
 from rankrl.report.rounds import load_rounds
+from rankrl.run_folders import METRICS_FILE, TRAIN_LOG_FILE
 
 EXPERIMENTS_DIR = REPO_ROOT / "experiments"
 PROJECT = "rankrl"
@@ -139,12 +140,12 @@ def logged_keys(run_dirs: Iterable[Path]) -> set[str]:
     """Every key the runs logged to W&B: their per-step series and their summary's ``eval/<metric>``."""
     keys: set[str] = set()
     for run_dir in run_dirs:
-        log_file = run_dir / "train_log.jsonl"
+        log_file = run_dir / TRAIN_LOG_FILE
         if log_file.exists():
             for line in log_file.read_text().splitlines():
                 if line.strip():
                     keys |= set(json.loads(line)) - {"step"}
-        metrics = run_dir / "metrics.json"
+        metrics = run_dir / METRICS_FILE
         if metrics.exists():
             keys |= {f"eval/{k}" for k in json.loads(metrics.read_text()).get("metrics", {})}
     return keys
@@ -153,7 +154,7 @@ def logged_keys(run_dirs: Iterable[Path]) -> set[str]:
 def wandb_runs(runs_dir: Path, paper: str) -> list[Path]:
     """Run folders of ``paper`` under ``runs_dir`` that hold a W&B offline run."""
     found = []
-    for metrics in sorted(Path(runs_dir).rglob("metrics.json")):
+    for metrics in sorted(Path(runs_dir).rglob(METRICS_FILE)):
         run_dir = metrics.parent
         if json.loads(metrics.read_text()).get("paper") == paper and any(
             (run_dir / "wandb").glob("offline-run-*")

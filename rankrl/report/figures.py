@@ -68,18 +68,19 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from rankrl.runs import METRICS_FILE, SCHEMA
+from rankrl.run_folders import CHECKPOINTS_DIR, CONFIG_FILE, METRICS_FILE, TRAIN_LOG_FILE
+from rankrl.runs import SCHEMA
 
 log = logging.getLogger(__name__)
 
-LOG_FILE = "train_log.jsonl"
+LOG_FILE = TRAIN_LOG_FILE
 RUN_COLUMNS = ["experiment", "paper", "seed", "scale", "model", "benchmark", "created", "finished", "run_dir"]
 CSV_COLUMNS = ["panel", "series", "run", "experiment", "line", "step", "value"]
 # the CSV's numbers (means and rolling means over seeds): 10 significant digits, so that a rebuild on a CPU
 # whose vector arithmetic rounds the last bit differently writes the same file
 CSV_FLOAT_FORMAT = "%.10g"
 # folders never holding a run's own files: skipped while searching, which keeps the walk fast
-_SKIP_DIRS = {".hydra", "checkpoints", "wandb", "__pycache__", ".git"}
+_SKIP_DIRS = {".hydra", CHECKPOINTS_DIR, "wandb", "__pycache__", ".git"}
 
 
 # ---------------------------------------------------------------------------------------------- logs
@@ -185,7 +186,7 @@ def _run_info(folder: Path) -> dict[str, Any] | None:
                 "created": record.get("created") or _mtime(metrics),
                 "finished": True,
             }
-    for name in ("config.yaml", ".hydra/config.yaml"):
+    for name in (CONFIG_FILE, ".hydra/config.yaml"):
         if (folder / name).exists():
             info = _from_config(folder / name)
             if info:
