@@ -936,8 +936,9 @@ def evaluations(
     paper: str, smoke_runs: Path, gpus: int, compose: Composer | None = None
 ) -> list[Evaluation | tuple[str, str, str]]:
     """Every LLM evaluation of the paper's PROFILE=paper rows, estimated from its smoke run: an
-    ``Evaluation``, or (row, model, why not) where it cannot be. A sweep's points (one benchmark each) keep
-    the sweep's row name with the point in parentheses."""
+    ``Evaluation``, or (row, model, why not) where it cannot be. A sweep's points (one benchmark each) and a
+    pipeline's stages keep the row's name with the point or the stage in parentheses (the table sums them
+    into one line)."""
     from hydra.utils import get_class
 
     compose = compose or Composer()
@@ -952,7 +953,7 @@ def evaluations(
                 continue  # no LLM (BM25, raw query, most popular): nothing for a GPU to do
             row = (
                 head.experiment_name
-                + (f"/{run.stage}" if run.stage else "")
+                + (f" (stage {run.stage})" if run.stage else "")
                 + (f" ({point})" if point else "")
             )
             where = f"{folder}/{run.stage}" if run.stage else folder
@@ -1062,15 +1063,16 @@ def evaluation_table(
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     groups: dict[tuple[str, str], list[Evaluation | tuple[str, str, str]]] = {}
-    for ev in evaluations(
-        paper, smoke_runs, gpus, compose
-    ):  # a sweep's points (one per benchmark) make one row
+    # a sweep's points (one per benchmark) and a pipeline's stages make one line each
+    for ev in evaluations(paper, smoke_runs, gpus, compose):
         row, model = (ev[0], ev[1]) if isinstance(ev, tuple) else (ev.row, ev.model)
         groups.setdefault((row.split(" (")[0], model), []).append(ev)
     for (row, model), evs in groups.items():
         done = [e for e in evs if isinstance(e, Evaluation)]
         missing = [e for e in evs if isinstance(e, tuple)]
-        label = f"{row} ({len(evs)} benchmarks)" if len(evs) > 1 else evs[0][0] if missing else done[0].row
+        names = [e[0] if isinstance(e, tuple) else e.row for e in evs]
+        unit = "stages" if all(" (stage " in name for name in names) else "benchmarks"
+        label = f"{row} ({len(evs)} {unit})" if len(evs) > 1 else names[0]
         gap = f"not estimated: {missing[0][2]}" if missing else ""
         if not done:
             lines.append(f"| {label} | {model} | | | | | | | | | | {gap} |")
@@ -1082,7 +1084,8 @@ def evaluation_table(
         if any(e.stand_in for e in done):
             label += " *"
         lines.append(
-            f"| {label} | {model} | {first.params / 1e9:.2f}B | {first.runs} | {first.gpus} | "
+            f"| {label} | {model} | {first.params / 1e9:.2f}B | {first.runs} | "
+            f"{'/'.join(str(n) for n in sorted({e.gpus for e in done}))} | "
             f"{sum(e.queries for e in done)} | {round(sum(e.prompts for e in done)):,} | "
             f"{sum(e.prompt_tokens for e in done) / 1e6:.2f} | {first.completion} | "
             f"{math.ceil(max(x['memory_gib'] for x in est))} | "
