@@ -108,6 +108,16 @@ pipeline() {  # pipeline <experiment> <model> [overrides...]: its stages, each s
   "${cmd[@]}"
 }
 
+fetch_weights() {  # fetch_weights <spec...>: at profile=paper, the hub weights the rows load (model/<name>,
+  # retriever/<name>, hub/<repo>: rankrl/hub_fetch.py), fetched once before the first row; every run itself is
+  # offline (HF_HUB_OFFLINE=1) and reads them from the cache
+  [[ $PROFILE == paper ]] || return 0
+  local cmd=("$PY" -m rankrl.hub_fetch "$@")
+  if [[ -n "${DRY_RUN:-}" ]]; then echo "${cmd[*]}"; return; fi
+  echo "== [$((SECONDS / 60)) min] weights: $*"
+  "${cmd[@]}"
+}
+
 report() {  # report <paper> [report overrides...]: the tables; smoke tables go beside the smoke runs
   local paper=$1; shift
   local cmd=("$PY" -m rankrl.report "paper=$paper" "$@")

@@ -416,7 +416,9 @@ def _not_available(name: str, cache_dir: str | Path | None, err: Exception) -> O
     return ModelNotAvailableError(
         f"model {name!r} is not available offline: it is not a local folder, and hub names need the model "
         f"hub (or a filled Hugging Face cache). Local models: {local}; `python -m rankrl.models prepare` "
-        f"builds them. Paper models {', '.join(PAPER_MODELS)} need a GPU machine with hub access. ({err})"
+        f"builds them. Paper models {', '.join(PAPER_MODELS)} are fetched into the cache once, where the "
+        f"hub is reachable: `python -m rankrl.hub_fetch hub/{name}` (make reproduce-<paper> PROFILE=paper "
+        f"does it first). ({err})"
     )
 
 

@@ -29,6 +29,7 @@ if [[ $CATALOG == wands ]]; then
     exit 1
   fi
 fi
+fetch_weights $(printf 'model/%s ' $MODELS) retriever/qwen3-embedding-4b retriever/splade-v2
 
 row() {  # row <entry point> <method> <catalog> <model> [overrides...]: cogr/<method> on that catalog
   local entry=$1 method=$2 c=$3 m=$4; shift 4

@@ -85,6 +85,7 @@ data_step() {  # data_step: at profile=paper, fetch the data the paper rows read
 }
 
 if [[ $PROFILE == paper ]]; then data_step; fi
+fetch_weights $(printf 'model/%s ' $MODELS)
 first=${MODELS%% *}
 # Most popular first, no LLM (recommendation benchmarks only; seconds): what a context-free signal reaches on
 # the very pools every row ranks

@@ -74,6 +74,8 @@ paper_rows() {  # paper_rows <model>: the main table (ViT-B/16), then the retrie
 case $PROFILE in
   cpu) cpu_rows "${MODELS:-smollm2-135m}" ;;
   paper) BENCHMARKS=${BENCHMARKS:-$PAPER_BENCHMARKS}; SIZES=${SIZES:-clip-vit-b32 clip-vit-l14}
+         fetch_weights $(printf 'model/%s ' ${MODELS:-qwen2.5-3b}) retriever/clip-vit-b16 \
+           $(printf 'retriever/%s ' $SIZES) "hub/$CAPTIONER"
          for m in ${MODELS:-qwen2.5-3b}; do paper_rows "$m"; done ;;
   # ten photographs in Flickr30k-CN's layout and a random-weight CLIP stand in for the images and weights the
   # build machines lack (task_scale/grape_smoke.yaml); one benchmark; the retriever-size rows repeat the same

@@ -115,6 +115,7 @@ case $PROFILE in
     [[ $PROFILE == paper ]] && MODELS=${MODELS:-qwen2.5-3b qwen2.5-7b qwen2.5-14b} || MODELS=${MODELS:-qwen2.5-3b}
     first=${MODELS%% *}
     if [[ $PROFILE == paper ]]; then data_step; fi
+    fetch_weights $(printf 'model/%s ' $MODELS)
     trec_dl rankr1/bm25 dl19 "$first"
     trec_dl rankr1/bm25 dl20 "$first"
     have_bright && bright_rows rankr1/bm25_bright "$first"

@@ -69,8 +69,9 @@ def caption_images(
         model = AutoModelForImageTextToText.from_pretrained(model_name, dtype=dtype).to(device).eval()
     except OSError as err:
         raise OSError(
-            f"captioner {model_name!r} is neither a folder nor in the Hugging Face cache: on a machine with "
-            f"hub access, run this with HF_HUB_OFFLINE=0 once, or pass --model <folder> ({err})"
+            f"captioner {model_name!r} is neither a folder nor in the Hugging Face cache: where the hub is "
+            f"reachable, `python -m rankrl.hub_fetch hub/{model_name}` fetches it (make reproduce-grape "
+            f"PROFILE=paper does it first), or pass --model <folder> ({err})"
         ) from None
     captions: list[str] = []
     for start in range(0, len(paths), batch_size):
