@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, fields
-from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-CONFIG_DIR = REPO_ROOT / "conf"
+from rankrl.conf_defaults import CONFIG_DIR, REPO_ROOT  # noqa: F401  (re-exported: the entry points' paths)
 
 
 def _offline_defaults() -> None:

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rankrl.conf_defaults import conf_default
 from rankrl.data.records import Document, Run
 from rankrl.retrieval.base import (
     check_k,
@@ -150,8 +151,8 @@ class PyseriniBM25:
         self,
         docs: Sequence[Document] | None = None,
         *,
-        k1: float = 0.9,
-        b: float = 0.4,
+        k1: float = conf_default("retriever/bm25", "k1"),  # one home: conf/retriever/bm25.yaml
+        b: float = conf_default("retriever/bm25", "b"),
         threads: int = 2,
         cache_dir: str | Path | None = None,
         name: str = "bm25",

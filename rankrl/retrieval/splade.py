@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rankrl.conf_defaults import conf_default
 from rankrl.data.records import Document, Run
 from rankrl.retrieval.base import (
     check_k,
@@ -39,7 +40,8 @@ from rankrl.retrieval.java import anserini_jar, start_jvm
 
 log = logging.getLogger(__name__)
 
-SPLADE_V2 = "naver/splade_v2_distil"
+# the settings' one home is conf/retriever/splade-v2.yaml (rankrl.conf_defaults)
+SPLADE_V2 = conf_default("retriever/splade-v2", "model_path")
 IMPACT_OPTIONS = ("-impact", "-pretokenized", "-storeRaw")
 _META = "rankrl_index.json"
 
@@ -110,10 +112,10 @@ class SpladeRetriever:
         docs: Sequence[Document] | None = None,
         *,
         model_path: str | Path = SPLADE_V2,
-        batch_size: int = 32,
+        batch_size: int = conf_default("retriever/splade-v2", "batch_size"),
         device: str | None = None,
-        max_length: int = 512,
-        query_max_length: int = 256,
+        max_length: int = conf_default("retriever/splade-v2", "max_length"),
+        query_max_length: int = conf_default("retriever/splade-v2", "query_max_length"),
         threads: int = 2,
         cache_dir: str | Path | None = None,
         name: str = "splade",

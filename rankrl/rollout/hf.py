@@ -21,6 +21,7 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
+from rankrl.conf_defaults import conf_default
 from rankrl.distributed import is_sharded
 from rankrl.precision import compute_precision
 from rankrl.rollout.base import Messages, Rollouts, SamplingParams
@@ -183,7 +184,7 @@ class HFEngine:
         self,
         model: torch.nn.Module,
         tokenizer: Any,
-        batch_size: int = 8,
+        batch_size: int = conf_default("rollout/hf", "batch_size"),  # its one home: conf/rollout/hf.yaml
         chat_template_kwargs: dict | None = None,
     ) -> None:
         if batch_size < 1:

@@ -65,6 +65,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rankrl.conf_defaults import conf_default
 from rankrl.distributed import full_tensor, is_distributed, unwrap
 from rankrl.errors import EnvironmentProblem
 from rankrl.precision import compute_dtype
@@ -296,13 +297,14 @@ class VLLMEngine:
         tokenizer: Any,
         *,
         gpu_memory_utilization: float = 0.35,
-        kv_cache_gib: float | None = None,
-        tensor_parallel_size: int = 1,
-        enable_sleep_mode: bool = True,
-        max_model_len: int | None = 4096,
+        # the settings' one home is conf/rollout/vllm.yaml (rankrl.conf_defaults)
+        kv_cache_gib: float | None = conf_default("rollout/vllm", "kv_cache_gib"),
+        tensor_parallel_size: int = conf_default("rollout/vllm", "tensor_parallel_size"),
+        enable_sleep_mode: bool = conf_default("rollout/vllm", "enable_sleep_mode"),
+        max_model_len: int | None = conf_default("rollout/vllm", "max_model_len"),
         dtype: str | None = None,
-        enforce_eager: bool | None = None,
-        block_size: int | None = None,
+        enforce_eager: bool | None = conf_default("rollout/vllm", "enforce_eager"),
+        block_size: int | None = conf_default("rollout/vllm", "block_size"),
         seed: int = 0,
         chat_template_kwargs: dict | None = None,
         **llm_kwargs: Any,

@@ -53,6 +53,7 @@ from typing import Any
 import pandas as pd
 import torch
 
+from rankrl.conf_defaults import conf_default
 from rankrl.data.catalogs import SPLITS, Catalog, CatalogOnDemand
 from rankrl.data.records import Document, Query, Run
 from rankrl.errors import ConfigError
@@ -381,6 +382,11 @@ def _plain(value: Any) -> Any:
     return value
 
 
+# where the settings of CoGRTask live: conf/task/cogr.yaml, their one home (rankrl.conf_defaults); a task
+# built directly (tests, notebooks) gets the same values as a run
+CONF = "task/cogr"
+
+
 # ---- 6. The task as the training loop sees it --------------------------------------------------------------
 
 
@@ -426,16 +432,16 @@ class CoGRTask(CatalogOnDemand, TaskBase):
         model_path: str | None = None,
         run_dir: str | Path | None = None,
         cache_dir: str | Path | None = None,
-        k_max: int = 30,
-        item_budget: int = 10,
-        query_budget: int = 15,
-        item_max_words: int | None = None,
-        item_sft_targets: str = "base_model",
-        shared_generator: bool = False,
-        side: str | None = None,
-        require_item_init: bool = False,
-        probe_queries: int = 8,
-        probe_items: int = 16,
+        k_max: int = conf_default(CONF, "k_max"),
+        item_budget: int = conf_default(CONF, "item_budget"),
+        query_budget: int = conf_default(CONF, "query_budget"),
+        item_max_words: int | None = conf_default(CONF, "item_max_words"),
+        item_sft_targets: str = conf_default(CONF, "item_sft_targets"),
+        shared_generator: bool = conf_default(CONF, "shared_generator"),
+        side: str | None = conf_default(CONF, "side"),
+        require_item_init: bool = conf_default(CONF, "require_item_init"),
+        probe_queries: int = conf_default(CONF, "probe_queries"),
+        probe_items: int = conf_default(CONF, "probe_items"),
         index_sampling: Any = None,
         seed: int = 0,
     ) -> None:

@@ -46,13 +46,18 @@ from typing import Any
 
 import torch
 
+from rankrl.conf_defaults import conf_default
 from rankrl.data.common import keyed_rng
 from rankrl.data.records import Benchmark, Query
 from rankrl.rl.task import Span
 from rankrl.rollout.base import Generator, Messages
 from rankrl.tasks.base import Example, Scores, SFTExample, TaskBase
 
-FORMAT_PENALTY = -1.0  # p_fmt (Appendix C.3)
+# the paper's settings, from their one home conf/task/fgrpo.yaml (the functions' defaults below use them)
+FORMAT_PENALTY = conf_default("task/fgrpo", "format_penalty")  # p_fmt (Appendix C.3)
+SLATE_SIZE = conf_default("task/fgrpo", "slate_size")  # n: "up to 10" slate items
+RANK_SIZE = conf_default("task/fgrpo", "rank_size")  # k: "top 5" ranked items
+SLATE_REWARD = conf_default("task/fgrpo", "slate_reward")  # recall (F1: the paper's ablation)
 CUTOFFS = (1, 3, 5)
 SLATE_REWARDS = ("recall", "f1")
 
@@ -244,7 +249,7 @@ def _head(pool: Pool) -> str:
     return f"{d.context}\n" + "\n".join(pool.context) + f"\n\nCandidate {d.items}:\n"
 
 
-def factorized_messages(pool: Pool, n: int = 10, k: int = 5) -> Messages:
+def factorized_messages(pool: Pool, n: int = SLATE_SIZE, k: int = RANK_SIZE) -> Messages:
     """The unified prompt: a slate of up to n candidates, then the top k of that slate, in one answer."""
     d = pool.domain
     user = (
@@ -255,7 +260,7 @@ def factorized_messages(pool: Pool, n: int = 10, k: int = 5) -> Messages:
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 
 
-def select_messages(pool: Pool, n: int = 10) -> Messages:
+def select_messages(pool: Pool, n: int = SLATE_SIZE) -> Messages:
     """Two-step, step 1: select up to n candidates (a slate only)."""
     d = pool.domain
     user = (
@@ -265,7 +270,7 @@ def select_messages(pool: Pool, n: int = 10) -> Messages:
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 
 
-def rank_messages(pool: Pool, slate: Sequence[str], k: int = 5) -> Messages:
+def rank_messages(pool: Pool, slate: Sequence[str], k: int = RANK_SIZE) -> Messages:
     """Two-step, step 2: rank a given slate (keys); only its items are shown, so none can be invented."""
     d = pool.domain
     user = (
@@ -382,7 +387,7 @@ def keys_of(items: Sequence[str], pool: Pool) -> list[str]:
     ]
 
 
-def slate_reward(slate_keys: Sequence[str], gold: frozenset[str], kind: str = "recall") -> float:
+def slate_reward(slate_keys: Sequence[str], gold: frozenset[str], kind: str = SLATE_REWARD) -> float:
     """Order-invariant coverage of the distinct relevant items: recall (default) or F1 (the ablation)."""
     from rankrl.eval.metrics import set_prf
 
@@ -391,7 +396,7 @@ def slate_reward(slate_keys: Sequence[str], gold: frozenset[str], kind: str = "r
 
 
 def rank_rewards(
-    rankings: Sequence[Sequence[str]], golds: Sequence[frozenset[str]], k: int = 5
+    rankings: Sequence[Sequence[str]], golds: Sequence[frozenset[str]], k: int = RANK_SIZE
 ) -> list[float]:
     """NDCG@k of each ranked list (binary gains), one ir_measures call for the whole batch."""
     from rankrl.eval.metrics import per_query
@@ -420,7 +425,7 @@ class Judged:
     rank_range: tuple[int, int] | None
 
 
-def judge_completion(text: str, pool: Pool, n: int = 10, k: int = 5) -> Judged:
+def judge_completion(text: str, pool: Pool, n: int = SLATE_SIZE, k: int = RANK_SIZE) -> Judged:
     """Apply the case rules to one completion (the rewards themselves come from ``phase_rewards``).
 
     Only the first n distinct slate items and the first k distinct ranked items count. Spans cover the tag
@@ -448,8 +453,8 @@ def judge_completion(text: str, pool: Pool, n: int = 10, k: int = 5) -> Judged:
 def phase_rewards(
     judged: Sequence[Judged],
     pools: Sequence[Pool],
-    k: int = 5,
-    kind: str = "recall",
+    k: int = RANK_SIZE,
+    kind: str = SLATE_REWARD,
     penalty: float = FORMAT_PENALTY,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(R_slate, R_rank), each (N,), with p_fmt where the case rules say so."""
@@ -596,24 +601,25 @@ class FGRPOSettings:
         seed: the QA id shuffle and the SFT fillers.
     """
 
+    # the values' one home is conf/task/fgrpo.yaml (rankrl.conf_defaults): a task built directly gets them
     benchmark: str | Benchmark  # no default: conf/task/fgrpo.yaml passes the run's benchmark
     benchmark_options: Mapping[str, Any] | None = None
     data_dir: str | Path = "data"
-    factorized: bool = True
-    lam: float = 1.0
-    slate_size: int = 10
-    rank_size: int = 5
-    slate_reward: str = "recall"
+    factorized: bool = conf_default("task/fgrpo", "factorized")
+    lam: float = conf_default("task/fgrpo", "lam")
+    slate_size: int = SLATE_SIZE
+    rank_size: int = RANK_SIZE
+    slate_reward: str = SLATE_REWARD
     format_penalty: float = FORMAT_PENALTY
-    item_ids: bool = False
-    id_style: str = "numbers"
-    max_history: int | None = None
-    name_chars: int | None = None
-    passage_chars: int | None = None
-    train_queries: int | None = None
-    eval_queries: int | None = None
-    probe_queries: int = 8
-    num_candidates: int = 20
+    item_ids: bool = conf_default("task/fgrpo", "item_ids")
+    id_style: str = conf_default("task/fgrpo", "id_style")
+    max_history: int | None = conf_default("task/fgrpo", "max_history")
+    name_chars: int | None = conf_default("task/fgrpo", "name_chars")
+    passage_chars: int | None = conf_default("task/fgrpo", "passage_chars")
+    train_queries: int | None = conf_default("task/fgrpo", "train_queries")
+    eval_queries: int | None = conf_default("task/fgrpo", "eval_queries")
+    probe_queries: int = conf_default("task/fgrpo", "probe_queries")
+    num_candidates: int = conf_default("task/fgrpo", "num_candidates")
     seed: int = 0
     _pools: dict[str, list[Pool]] = field(default_factory=dict, init=False, repr=False)
 
@@ -742,7 +748,7 @@ class FGRPOTask(FGRPOSettings, TaskBase):
         return training_metrics(judged, pools, self.rank_size)
 
 
-def training_metrics(judged: Sequence[Judged], pools: Sequence[Pool], k: int = 5) -> dict[str, float]:
+def training_metrics(judged: Sequence[Judged], pools: Sequence[Pool], k: int = RANK_SIZE) -> dict[str, float]:
     """Per-batch means logged as ``task/<name>``: slate recall and precision (candidates only, 0 without a
     slate), NDCG@k of valid rankings (0 otherwise), and the share of each malformed case."""
     from rankrl.eval.metrics import set_prf

@@ -14,6 +14,7 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rankrl.conf_defaults import conf_default
 from rankrl.data import load_benchmark
 from rankrl.data.catalogs import SPLITS, Catalog, CatalogOnDemand
 from rankrl.data.records import Run
@@ -49,8 +50,8 @@ class FirstStageTask:
         self,
         benchmark: str,
         data_dir: str | Path,
-        run: str = "bm25",
-        measures: Sequence[str] = ("nDCG@10",),
+        run: str = conf_default("task/first_stage", "run"),
+        measures: Sequence[str] = conf_default("task/first_stage", "measures"),
         depth: int | None = None,
         benchmark_options: Mapping[str, Any] | None = None,
         retriever: Any = None,
@@ -131,7 +132,7 @@ class CutoffBaselineTask(CatalogOnDemand):
         retriever: Any = None,
         benchmark_options: Mapping[str, Any] | None = None,
         cache_dir: str | Path | None = None,
-        max_depth: int = 1000,
+        max_depth: int = conf_default("task/cogr_cutoff", "max_depth"),
     ) -> None:
         build = retriever_builder(retriever)
         if build is None:

@@ -48,13 +48,13 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 
+from rankrl.conf_defaults import conf_default
 from rankrl.data.records import Benchmark, Document, Query
 from rankrl.retrieval.build import retriever_builder
 from rankrl.rollout.base import Generator, Messages
@@ -348,12 +348,9 @@ def is_built_retriever(retriever: Any) -> bool:
     )
 
 
-# conf/task/grape.yaml's train_sources and split_aliases, their one source; here only as the defaults of a
-# task built directly (tests/config/test_task_defaults.py fails when they differ from the YAML)
-TRAIN_SOURCES: Mapping[str, Sequence[str]] = MappingProxyType(
-    {"dl19": ("dl20", "test"), "dl20": ("dl19", "test")}
-)
-SPLIT_ALIASES: Mapping[str, Mapping[str, str]] = MappingProxyType({"cirr": MappingProxyType({"test": "dev"})})
+# where the settings below live: conf/task/grape.yaml, their one home (rankrl.conf_defaults); a task built
+# directly (tests, notebooks) gets the same values as a run
+CONF = "task/grape"
 
 
 class GrapeGalleries:
@@ -400,20 +397,20 @@ class GrapeGalleries:
         data_dir: str | Path = "data",
         benchmark_options: Mapping[str, Any] | None = None,
         retriever: Any = None,
-        reward: str = "rank",
-        gold: str = "best",
-        prompt: str = "rewrite",
-        compress_words: int = 45,
-        train_sources: Mapping[str, Sequence[str]] | None = TRAIN_SOURCES,
-        split_aliases: Mapping[str, Mapping[str, str]] | None = SPLIT_ALIASES,
-        probe_size: int = 64,
-        max_train_queries: int | None = None,
-        eval_k: int = 10,
-        query_kind: str | None = None,
+        reward: str = conf_default(CONF, "reward"),
+        gold: str = conf_default(CONF, "gold"),
+        prompt: str = conf_default(CONF, "prompt"),
+        compress_words: int = conf_default(CONF, "compress_words"),
+        train_sources: Mapping[str, Sequence[str]] | None = conf_default(CONF, "train_sources"),
+        split_aliases: Mapping[str, Mapping[str, str]] | None = conf_default(CONF, "split_aliases"),
+        probe_size: int = conf_default(CONF, "probe_size"),
+        max_train_queries: int | None = conf_default(CONF, "max_train_queries"),
+        eval_k: int = conf_default(CONF, "eval_k"),
+        query_kind: str | None = conf_default(CONF, "query_kind"),
         reference_captions: str | Path | None = None,
         cache_dir: str | Path | None = None,
-        generation_chunk: int = 256,
-        warm_start_drop: float = 0.0,
+        generation_chunk: int = conf_default(CONF, "generation_chunk"),
+        warm_start_drop: float = conf_default(CONF, "warm_start_drop"),
         seed: int = 0,
     ) -> None:
         if not 0.0 <= warm_start_drop < 1.0:

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from rankrl.conf_defaults import conf_default
 from rankrl.data.records import Benchmark, Document, Run
 from rankrl.rollout.base import Generation, Generator, Messages
 from rankrl.tasks.base import Example, Scores, SFTExample, TaskBase
@@ -494,18 +495,19 @@ class RankR1Task(TaskBase):
     construction: str
     data_dir: str | Path = "data"
     tokenizer: Any = None
-    num_candidates: int = 20
-    reasoning: bool = True
-    query_max_tokens: int | None = 32
-    passage_max_tokens: int | None = 512
-    num_child: int = 19
-    k: int = 10
-    rerank_depth: int = 100
-    pool_depth: int = 100
+    # the paper's settings: conf/task/rankr1.yaml is their one home (rankrl.conf_defaults)
+    num_candidates: int = conf_default("task/rankr1", "num_candidates")
+    reasoning: bool = conf_default("task/rankr1", "reasoning")
+    query_max_tokens: int | None = conf_default("task/rankr1", "query_max_tokens")
+    passage_max_tokens: int | None = conf_default("task/rankr1", "passage_max_tokens")
+    num_child: int = conf_default("task/rankr1", "num_child")
+    k: int = conf_default("task/rankr1", "k")
+    rerank_depth: int = conf_default("task/rankr1", "rerank_depth")
+    pool_depth: int = conf_default("task/rankr1", "pool_depth")
     shuffle_candidates: bool = True
     seed: int = 0
-    sft_target: str = "gold"
-    probe_queries: int = 4
+    sft_target: str = conf_default("task/rankr1", "sft_target")
+    probe_queries: int = conf_default("task/rankr1", "probe_queries")
     eval_protocol: str = "heapsort"
     eval_prompts_per_query: int | None = None
     eval_benchmark_options: dict = field(default_factory=dict)
