@@ -89,7 +89,7 @@ def test_a_benchmark_axis_keeps_the_run_names_of_the_copies_it_replaced(experime
         assert cfg.experiment_name == f"{experiment}_{short}"
         if experiment == "fgrpo/grpo":
             (stage,) = OmegaConf.to_container(cfg.pipeline, resolve=True)
-            assert f"/fgrpo/fgrpo_{short}/" in stage["overrides"][0]
+            assert stage["overrides"][0] == f"init_from=fgrpo/fgrpo_{short}/sft"  # that benchmark's SFT
     hydra = OmegaConf.load(CONFIG_DIR / "experiment" / f"{experiment}.yaml").get("hydra")
     if hydra:  # `-m experiment=<file>` sweeps the benchmarks that had a file each
         assert hydra.sweeper.params.benchmark.split(",") == list(benchmarks)
