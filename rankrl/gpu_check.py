@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rankrl.run_folders import CHECKPOINTS_DIR, TRAIN_LOG_FILE
+
 REPO = Path(__file__).resolve().parent.parent
 ARCHITECTURES = {"qwen2": "qwen2.5-7b", "qwen3": "qwen3-4b"}  # paper models whose recorded fields are used
 PROMPTS = [
@@ -331,11 +333,12 @@ def check_grpo_resume(folder: Path, root: Path) -> list[Check]:
     )
     said = second.stdout + second.stderr
     resumed = next((line for line in said.splitlines() if "resumed from" in line), "")
-    steps = [json.loads(line)["step"] for line in (run / "train_log.jsonl").read_text().splitlines()]
-    gaps = [json.loads(line).get("sampler_logprob_gap_max", 0.0) for line in (run / "train_log.jsonl").open()]
+    rows = [json.loads(line) for line in (run / TRAIN_LOG_FILE).read_text().splitlines()]
+    steps = [row["step"] for row in rows]
+    gaps = [row.get("sampler_logprob_gap_max", 0.0) for row in rows]
     return [
         Check(
-            "grpo-resume 2 steps and a checkpoint", (run / "checkpoints" / "step_000002").is_dir(), "saved"
+            "grpo-resume 2 steps and a checkpoint", (run / CHECKPOINTS_DIR / "step_000002").is_dir(), "saved"
         ),
         Check(
             "grpo-resume continues at step 2",
@@ -411,7 +414,7 @@ def check_vllm(folder: Path, root: Path) -> Iterator[Check]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     cmd = _train_cmd(folder, run, "trainer.max_steps=2", "rollout=vllm", "rollout.kv_cache_gib=0.5")
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    log = run / "train_log.jsonl"
+    log = run / TRAIN_LOG_FILE
     rows = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     gap = max((r.get("sampler_logprob_gap_max", 0.0) for r in rows), default=float("inf"))
     yield Check(

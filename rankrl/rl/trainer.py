@@ -30,6 +30,7 @@ from rankrl.rl.checkpoint import (
 )
 from rankrl.rl.config import TrainerConfig
 from rankrl.rl.steps import NonFiniteLossError, Step, build_step
+from rankrl.run_folders import CHECKPOINTS_DIR
 from rankrl.tracking import RunLogger
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,7 @@ class TrainLoop:
             num_training_steps=cfg.optimizer_steps,
         )
         self.step = 0
-        self.ckpt_root = self.run_dir / "checkpoints"
+        self.ckpt_root = self.run_dir / CHECKPOINTS_DIR
 
     # ---------------------------------------------------------------- checkpoints
     def save(self) -> Path:
