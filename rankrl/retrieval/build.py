@@ -102,6 +102,16 @@ def from_node(node: Mapping[str, Any]) -> RetrieverBuilder:
     return from_partial(partial)
 
 
+def is_built_retriever(retriever: Any) -> bool:
+    """Whether ``retriever`` is a vector retriever already built (``vector_index`` and ``encode_queries``),
+    not a config choice to build one from (a node, a partial, a class: a class has the methods too)."""
+    return (
+        not isinstance(retriever, (type, Mapping))
+        and hasattr(retriever, "vector_index")
+        and hasattr(retriever, "encode_queries")
+    )
+
+
 def retriever_builder(node: Any) -> RetrieverBuilder | None:
     """The ``retriever`` group's choice as a ``RetrieverBuilder``; None for no retriever.
 

@@ -45,7 +45,7 @@ import random
 import re
 import tomllib
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,8 +55,9 @@ import pandas as pd
 import torch
 
 from rankrl.conf_defaults import conf_default
+from rankrl.data.galleries import excluded_items, gold_items, require_images
 from rankrl.data.records import Benchmark, Document, Query
-from rankrl.retrieval.build import retriever_builder
+from rankrl.retrieval.build import is_built_retriever, retriever_builder
 from rankrl.rollout.base import Generator, Messages
 from rankrl.tasks.base import Example, Scores, SFTExample, TaskBase
 
@@ -192,6 +193,8 @@ def format_reward(ok: Any) -> np.ndarray:
 
 
 # ---- 4. Galleries: what each query is ranked against -------------------------------------------------------
+# (the benchmarks' facts, each query's relevant items, CIRR's excluded reference image and the images on disk,
+# are rankrl.data.galleries')
 
 
 @dataclass
@@ -220,36 +223,6 @@ class Gallery:
             self.index,
             self.dropped,
         )
-
-
-def gold_items(benchmark: Benchmark, qid: str, gallery: Mapping[str, Document]) -> list[str]:
-    """The items of ``gallery`` relevant to ``qid`` (grade >= the benchmark's relevance level)."""
-    grades = benchmark.qrels.get(qid, {})
-    return [d for d, g in grades.items() if g >= benchmark.relevance_level and d in gallery]
-
-
-def require_images(benchmark: str, docs: Iterable[Document]) -> None:
-    """Stop with the data layer's error when an image of the gallery is not on disk (one stat per image)."""
-    from rankrl.data.errors import MissingDataError
-
-    for doc in docs:
-        path = doc.extra.get("image_path")
-        if path is not None and not Path(path).is_file():
-            raise MissingDataError(
-                path,
-                benchmark,
-                hint=(
-                    "images are not in the shared data copy; "
-                    "rankrl/data/images.py and images_web.py say where "
-                    "each benchmark's come from"
-                ),
-            )
-
-
-def excluded_items(query: Query, gallery: Mapping[str, Document]) -> list[str]:
-    """Items a query must not be ranked against: CIRR removes the reference image from its ranking."""
-    reference = query.extra.get("reference_image")
-    return [reference] if reference is not None and reference in gallery else []
 
 
 # ---- 5. Score inflation: what a set of rewrites does to the ranking ------------------------------------
@@ -336,16 +309,6 @@ def retrieval_table(
 
 
 # ---- 6. The task as the GRPO loop sees it ------------------------------------------------------------------
-
-
-def is_built_retriever(retriever: Any) -> bool:
-    """Whether ``retriever`` is a retriever already (``vector_index`` and ``encode_queries``), not a config
-    choice to build one from (a node, a partial, a class: a class has the methods too)."""
-    return (
-        not isinstance(retriever, (type, Mapping))
-        and hasattr(retriever, "vector_index")
-        and hasattr(retriever, "encode_queries")
-    )
 
 
 # where the settings below live: conf/task/grape.yaml, their one home (rankrl.conf_defaults); a task built
