@@ -39,10 +39,10 @@ control_rows() {  # CONTROL=1: the positive control (#41; README "Positive contr
   c=${CONTROL_CONSTRUCTION:-$c}
   for SEED in $(seeds); do
     # supervision first: gold labels on DL20's control prompts, accuracy on DL19's held-out ones
-    RUN_NAME=rankr1/control_sft_${c}_dl19 run train rankr1/control_sft_dl19 smollm2-135m \
+    RUN_NAME=rankr1/control_sft_dl19/$c run train rankr1/control_sft_dl19 smollm2-135m \
       "task.construction=$c" trainer.resume=true
     # then GRPO, stage for stage as the CPU row (format warm start, GRPO)
-    RUN_NAME=rankr1/control_grpo_${c}_dl19 pipeline rankr1/control_grpo_dl19 smollm2-135m "task.construction=$c"
+    RUN_NAME=rankr1/control_grpo_dl19/$c pipeline rankr1/control_grpo_dl19 smollm2-135m "task.construction=$c"
   done
 }
 
