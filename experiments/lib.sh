@@ -108,6 +108,26 @@ pipeline() {  # pipeline <experiment> <model> [overrides...]: its stages, each s
   "${cmd[@]}"
 }
 
+fetch_data() {  # fetch_data <source...> -- <file...>: what the rows read beyond `make data` (rankrl.data.prepare
+  # --only <source...>), then a stop naming that command if a file (under the data folder) is still missing
+  local sources=() files=()
+  while [[ $# -gt 0 && $1 != -- ]]; do sources+=("$1"); shift; done
+  [[ $# -gt 0 ]] && shift
+  files=("$@")
+  [[ ${#sources[@]} -eq 0 ]] && return 0
+  local cmd=("$PY" -m rankrl.data.prepare --data-dir "$DATA" --only "${sources[@]}")
+  if [[ -n "${DRY_RUN:-}" ]]; then echo "${cmd[*]}"; return; fi
+  echo "== [$((SECONDS / 60)) min] data: ${sources[*]}"
+  "${cmd[@]}"
+  local f
+  for f in "${files[@]}"; do
+    if [[ ! -f "$DATA/$f" ]]; then
+      echo "missing $DATA/$f after the data step (see its lines above): ${cmd[*]}" >&2
+      exit 1
+    fi
+  done
+}
+
 fetch_weights() {  # fetch_weights <spec...>: at profile=paper, the hub weights the rows load (model/<name>,
   # retriever/<name>, hub/<repo>: rankrl/hub_fetch.py), fetched once before the first row; every run itself is
   # offline (HF_HUB_OFFLINE=1) and reads them from the cache

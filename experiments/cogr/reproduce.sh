@@ -22,12 +22,7 @@ declare -A SHORT=([dl-pools-cpu]=dlpools [wands]=wands)
 have_wands() { [[ -n "${DRY_RUN:-}" ]] || [[ -f "$DATA/wands/product.csv" && -f "$DATA/wands/label.csv" ]]; }
 if [[ $CATALOG == wands ]]; then
   # the paper's catalog: WANDS's products and labels (not in `make data`'s shared copy) are fetched first
-  fetch=("$PY" -m rankrl.data.prepare --data-dir "$DATA" --only wands)
-  if [[ -n "${DRY_RUN:-}" ]]; then echo "${fetch[*]}"; else "${fetch[@]}"; fi
-  if ! have_wands; then
-    echo "WANDS's product.csv and label.csv are still missing under $DATA/wands: ${fetch[*]}" >&2
-    exit 1
-  fi
+  fetch_data wands -- wands/product.csv wands/label.csv
 fi
 fetch_weights $(printf 'model/%s ' $MODELS) retriever/qwen3-embedding-4b retriever/splade-v2
 

@@ -70,18 +70,7 @@ data_step() {  # data_step: at profile=paper, fetch the data the paper rows read
       lastfm) sources+=(lastfm-tags); files+=(lastfm-hetrec2011/user_taggedartists-timestamps.dat) ;;
     esac
   done
-  [[ ${#sources[@]} -eq 0 ]] && return
-  local cmd=("$PY" -m rankrl.data.prepare --data-dir "$DATA" --only "${sources[@]}")
-  if [[ -n "${DRY_RUN:-}" ]]; then echo "${cmd[*]}"; return; fi
-  echo "== [$((SECONDS / 60)) min] data: ${sources[*]}"
-  "${cmd[@]}"
-  local f
-  for f in "${files[@]}"; do
-    if [[ ! -f "$DATA/$f" ]]; then
-      echo "missing $DATA/$f after the data step (see its lines above): ${cmd[*]}" >&2
-      exit 1
-    fi
-  done
+  fetch_data "${sources[@]}" -- "${files[@]}"
 }
 
 if [[ $PROFILE == paper ]]; then data_step; fi

@@ -56,17 +56,7 @@ data_step() {  # data_step: at profile=paper, fetch what the paper rows read bey
     task=${b#bright-}
     sources+=("$b-documents") files+=("bright/documents/${task//-/_}-00000-of-00001.parquet")
   done
-  local cmd=("$PY" -m rankrl.data.prepare --data-dir "$DATA" --only "${sources[@]}")
-  if [[ -n "${DRY_RUN:-}" ]]; then echo "${cmd[*]}"; return; fi
-  echo "== [$((SECONDS / 60)) min] data: MS MARCO train, BRIGHT documents"
-  "${cmd[@]}"
-  local f
-  for f in "${files[@]}"; do
-    if [[ ! -f "$DATA/$f" ]]; then
-      echo "missing $DATA/$f after the data step (see its lines above): ${cmd[*]}" >&2
-      exit 1
-    fi
-  done
+  fetch_data "${sources[@]}" -- "${files[@]}"
 }
 
 bright_rows() {  # bright_rows <experiment> <model> [overrides...]: one run per BRIGHT task, in a sweep's folders
