@@ -136,7 +136,36 @@ def open_searcher(index_dir: Path, k1: float, b: float) -> LuceneSearcher:
     return searcher
 
 
-class PyseriniBM25:
+class LuceneSearch:
+    """What a retriever over an open pyserini searcher (``self._searcher``: BM25's, SPLADE's impact one) does
+    alike: count its documents and search queries in batches on ``self.threads`` threads."""
+
+    _searcher: Any = None
+    threads: int = 2
+
+    @property
+    def num_docs(self) -> int:
+        """Documents in the open index (Anserini skips documents whose text is empty)."""
+        return int(self._require().num_docs)
+
+    def search(self, queries: Mapping[str, str], k: int) -> Run:
+        """Top-``k`` documents per query: qid -> docid -> score; a query that matches no term gets an empty
+        ranking."""
+        check_k(k)
+        searcher = self._require()
+        qids = list(queries)
+        hits = searcher.batch_search([queries[q] for q in qids], qids, k=k, threads=self.threads)
+        return {q: {h.docid: float(h.score) for h in hits.get(q, [])} for q in qids}
+
+    def _require(self) -> Any:
+        if self._searcher is None:
+            raise RuntimeError(
+                f"{type(self).__name__} has no index: pass docs to the constructor or call index(docs)"
+            )
+        return self._searcher
+
+
+class PyseriniBM25(LuceneSearch):
     """BM25 over a Lucene index (Anserini defaults k1=0.9, b=0.4 as used for MS MARCO passage and BRIGHT).
 
     Args:
@@ -172,21 +201,3 @@ class PyseriniBM25:
         """Open an existing Lucene index (e.g. one built by Anserini elsewhere)."""
         self.index_dir = Path(index_dir)
         self._searcher = open_searcher(self.index_dir, self.k1, self.b)
-
-    @property
-    def num_docs(self) -> int:
-        """Documents in the open index (Anserini skips documents whose text is empty)."""
-        return int(self._require().num_docs)
-
-    def search(self, queries: Mapping[str, str], k: int) -> Run:
-        """Top-``k`` BM25 documents per query; queries with no matching term get an empty ranking."""
-        check_k(k)
-        searcher = self._require()
-        qids = list(queries)
-        hits = searcher.batch_search([queries[q] for q in qids], qids, k=k, threads=self.threads)
-        return {q: {h.docid: float(h.score) for h in hits.get(q, [])} for q in qids}
-
-    def _require(self) -> Any:
-        if self._searcher is None:
-            raise RuntimeError("PyseriniBM25 has no index: pass docs to the constructor or call index(docs)")
-        return self._searcher

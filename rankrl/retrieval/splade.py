@@ -27,15 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from rankrl.conf_defaults import conf_default
-from rankrl.data.records import Document, Run
+from rankrl.data.records import Document
 from rankrl.retrieval.base import (
-    check_k,
     check_unique_ids,
     corpus_fingerprint,
     default_cache_dir,
     document_text,
 )
-from rankrl.retrieval.bm25 import MAX_QUERY_TERMS, run_anserini_indexer
+from rankrl.retrieval.bm25 import MAX_QUERY_TERMS, LuceneSearch, run_anserini_indexer
 from rankrl.retrieval.java import anserini_jar, start_jvm
 
 log = logging.getLogger(__name__)
@@ -92,7 +91,7 @@ class QueryWeights:
         return self._encode(text)
 
 
-class SpladeRetriever:
+class SpladeRetriever(LuceneSearch):
     """SPLADE (v2 by default) over a Lucene impact index, through pyserini and Anserini.
 
     Args:
@@ -208,22 +207,3 @@ class SpladeRetriever:
         autoclass("org.apache.lucene.search.IndexSearcher").setMaxClauseCount(MAX_QUERY_TERMS)
         self.index_dir = Path(index_dir)
         self._searcher = LuceneImpactSearcher(str(self.index_dir), QueryWeights(self.encode_query))
-
-    @property
-    def num_docs(self) -> int:
-        return int(self._require().num_docs)
-
-    def search(self, queries: Mapping[str, str], k: int) -> Run:
-        """Top-``k`` documents per query by impact score: qid -> docid -> score."""
-        check_k(k)
-        searcher = self._require()
-        qids = list(queries)
-        hits = searcher.batch_search([queries[q] for q in qids], qids, k=k, threads=self.threads)
-        return {q: {h.docid: float(h.score) for h in hits.get(q, [])} for q in qids}
-
-    def _require(self) -> Any:
-        if self._searcher is None:
-            raise RuntimeError(
-                "SpladeRetriever has no index: pass docs to the constructor or call index(docs)"
-            )
-        return self._searcher
