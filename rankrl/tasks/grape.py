@@ -115,6 +115,27 @@ def warm_start_completion(query: str, max_words: int = 64, drop: float = 0.0, se
     return f"<think>{PROMPTS['warm_start']['think']}</think>\n<rewrite>{' '.join(words)}</rewrite>"
 
 
+# ---- 1b. The positive control's queries (#41): not the paper's task ----------------------------------------
+
+CONSTRUCTIONS = ("paper", "filler")  # paper: the benchmark's queries as they are
+SFT_TARGETS = ("format", "gold")  # format: the warm start of the query shown; gold: the clean query
+
+
+def with_filler(query: str, filler: Sequence[str], key: str) -> str:
+    """``query`` with every word of ``filler`` inserted once, each at a position drawn from ``key`` alone
+    (a query id): the same noisy text for every run and seed, so the held-out queries are fixed.
+
+    The positive control's noise: off-topic words pull the frozen retriever's query vector away from the
+    relevant passages, and deleting them (a fixed, visible set of words) restores the query. Filler words are
+    inserted in ``filler``'s order, each between two words (or at either end) of the text built so far.
+    """
+    words = query.split()
+    rng = random.Random(f"filler\x00{key}")
+    for word in filler:
+        words.insert(rng.randint(0, len(words)), word)
+    return " ".join(words)
+
+
 # ---- 2. Parsing --------------------------------------------------------------------------------------------
 
 
@@ -349,6 +370,13 @@ class GrapeGalleries:
         cache_dir: cache root of corpus vectors (``<cache_dir>/vectors/``).
         generation_chunk: prompts per generator call during evaluation.
         warm_start_drop: the share of query words the format warm start's targets leave out (0: a copy).
+        construction: ``paper`` (the benchmark's queries) or ``filler`` (the positive control of #41, not the
+            paper's task: every query, training and evaluation, is shown and retrieved with the words of
+            ``filler_words`` inserted, ``with_filler``; its clean text stays in ``extra['clean_text']``).
+        filler_words: the words ``construction=filler`` inserts into every query.
+        sft_target: the SFT stage's rewrite: ``format`` (the format warm start, ``warm_start_completion`` of
+            the query shown) or ``gold`` (``construction=filler`` only: the clean query, the rewrite that
+            deletes the filler; supervision of the control).
         seed: fixes the probe set and the warm start's dropped words.
     """
 
@@ -374,8 +402,22 @@ class GrapeGalleries:
         cache_dir: str | Path | None = None,
         generation_chunk: int = conf_default(CONF, "generation_chunk"),
         warm_start_drop: float = conf_default(CONF, "warm_start_drop"),
+        construction: str = conf_default(CONF, "construction"),
+        filler_words: Sequence[str] = conf_default(CONF, "filler_words"),
+        sft_target: str = conf_default(CONF, "sft_target"),
         seed: int = 0,
     ) -> None:
+        if construction not in CONSTRUCTIONS:
+            raise ValueError(f"unknown construction {construction!r}; valid: {', '.join(CONSTRUCTIONS)}")
+        if sft_target not in SFT_TARGETS:
+            raise ValueError(f"unknown sft_target {sft_target!r}; valid: {', '.join(SFT_TARGETS)}")
+        if sft_target == "gold" and construction != "filler":
+            raise ValueError(
+                "sft_target=gold needs a known best rewrite: set task.construction=filler (the paper's "
+                "task has none)"
+            )
+        if construction == "filler" and not [w for w in filler_words if str(w).strip()]:
+            raise ValueError("construction=filler needs words to insert: set task.filler_words=[...]")
         if not 0.0 <= warm_start_drop < 1.0:
             raise ValueError(f"warm_start_drop={warm_start_drop}: a probability in [0, 1)")
         if reward not in REWARDS:
@@ -407,6 +449,8 @@ class GrapeGalleries:
         self.reference_captions, self._captions = reference_captions, None
         self.generation_chunk, self.seed = generation_chunk, seed
         self.warm_start_drop = warm_start_drop
+        self.construction, self.sft_target = construction, sft_target
+        self.filler_words = [str(w).strip() for w in filler_words if str(w).strip()]
         self._galleries: dict[tuple[str, str], Gallery] = {}
         self._indexes: dict[tuple[str, ...], Any] = {}
 
@@ -457,7 +501,8 @@ class GrapeGalleries:
             for q in bench.split(split):
                 relevant = gold_items(bench, q.qid, docs)
                 if relevant:
-                    queries.append(q), gold.append(relevant), excluded.append(excluded_items(q, docs))
+                    queries.append(self.shown(q)), gold.append(relevant)
+                    excluded.append(excluded_items(q, docs))
             dropped = len(bench.splits[split]) - len(queries)
             if not queries:
                 raise ValueError(
@@ -476,6 +521,13 @@ class GrapeGalleries:
                 self._indexes[key] = self.retriever.vector_index(list(docs.values()))
             self._galleries[(name, split)] = Gallery(queries, gold, excluded, self._indexes[key], dropped)
         return self._galleries[(name, split)]
+
+    def shown(self, query: Query) -> Query:
+        """The query as the rewriter reads it and the raw-query row retrieves with (``construction``)."""
+        if self.construction == "paper":
+            return query
+        noisy = with_filler(query.text, self.filler_words, query.qid)
+        return Query(query.qid, noisy, {**query.extra, "clean_text": query.text})
 
     # ---- the frozen retriever's measurements ----
 
@@ -547,17 +599,19 @@ class GrapeTask(GrapeGalleries, TaskBase):
         ]
 
     def sft_examples(self) -> list[SFTExample]:
-        """The format warm start: each training prompt with ``warm_start_completion`` of its own query
-        (``warm_start_drop``: the share of its words left out)."""
+        """The SFT stage: each training prompt with ``sft_completion`` of its query (the format warm start:
+        the query shown, ``warm_start_drop`` of its words left out)."""
         g = self.train_gallery()
         return [
-            SFTExample(
-                f"{self.train_name}:{q.qid}",
-                self.messages(q),
-                warm_start_completion(q.text, drop=self.warm_start_drop, seed=self.seed),
-            )
+            SFTExample(f"{self.train_name}:{q.qid}", self.messages(q), self.sft_completion(q))
             for q in g.queries
         ]
+
+    def sft_completion(self, query: Query) -> str:
+        """``sft_target=format``: the warm start of the query shown; ``gold``: the clean query, verbatim."""
+        if self.sft_target == "gold":
+            return warm_start_completion(query.extra["clean_text"])
+        return warm_start_completion(query.text, drop=self.warm_start_drop, seed=self.seed)
 
     # ---- reward ----
 
