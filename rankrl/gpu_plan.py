@@ -545,6 +545,7 @@ class Evaluation:
     engine: Engine | None = None
     compute_bytes: int = 2
     stand_in: bool = False  # measured on the smoke run of a stand-in row
+    group: str = ""  # the table's line: the row, without its sweep point or pipeline stage
 
     @property
     def longest(self) -> float:
@@ -934,16 +935,16 @@ def rows(paper: str, smoke_runs: Path, compose: Composer | None = None) -> list[
 
 def evaluations(
     paper: str, smoke_runs: Path, gpus: int, compose: Composer | None = None
-) -> list[Evaluation | tuple[str, str, str]]:
+) -> list[Evaluation | tuple[str, str, str, str]]:
     """Every LLM evaluation of the paper's PROFILE=paper rows, estimated from its smoke run: an
-    ``Evaluation``, or (row, model, why not) where it cannot be. A sweep's points (one benchmark each) and a
-    pipeline's stages keep the row's name with the point or the stage in parentheses (the table sums them
-    into one line)."""
+    ``Evaluation``, or (row, model, why not, group) where it cannot be. A sweep's points (one benchmark
+    each) and a pipeline's stages keep the row's name with the point or the stage in parentheses, and share
+    its ``group`` (the table sums them into one line)."""
     from hydra.utils import get_class
 
     compose = compose or Composer()
     node = smoke_stand_ins(paper)
-    found: list[Evaluation | tuple[str, str, str]] = []
+    found: list[Evaluation | tuple[str, str, str, str]] = []
     for command in paper_commands(paper):
         head = compose(command.entry, command.overrides)
         point = sweep_point(command)
@@ -951,11 +952,10 @@ def evaluations(
         for run, cfg in runs_of(command, compose):
             if not getattr(get_class(cfg.task._target_), "uses_model", True):
                 continue  # no LLM (BM25, raw query, most popular): nothing for a GPU to do
-            row = (
-                head.experiment_name
-                + (f" (stage {run.stage})" if run.stage else "")
-                + (f" ({point})" if point else "")
+            group = head.experiment_name + (
+                f" (sweep over {', '.join(command.swept)})" if command.swept else ""
             )
+            row = group + (f" (stage {run.stage})" if run.stage else "") + (f" ({point})" if point else "")
             where = f"{folder}/{run.stage}" if run.stage else folder
             cost, stand_in = _smoke_cost(smoke_runs, head.experiment_name, where, node["stand_ins"])
             scaled = scaled_cost(cost, node["per_queries"]) if cost is not None else None
@@ -963,11 +963,13 @@ def evaluations(
             try:
                 arch = Arch.of(model.name)
             except ValueError:
-                found.append((row, model.name, "its architecture is not in rankrl.models.PAPER_CONFIGS"))
+                found.append(
+                    (row, model.name, "its architecture is not in rankrl.models.PAPER_CONFIGS", group)
+                )
                 continue
             if scaled is None:
                 why = "no smoke run measured it" if cost is None else "its evaluation records no split size"
-                found.append((row, model.name, why))
+                found.append((row, model.name, why, group))
                 continue
             found.append(
                 Evaluation(
@@ -984,6 +986,7 @@ def evaluations(
                     engine=engine_of(cfg, model),
                     compute_bytes=dtype_bytes(model.dtype),
                     stand_in=stand_in,
+                    group=group,
                 )
             )
     return found
@@ -1062,16 +1065,17 @@ def evaluation_table(
         "C (max) | memory/GPU (GiB) | vLLM KV cache (tokens) | GPU-hours (all runs) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    groups: dict[tuple[str, str], list[Evaluation | tuple[str, str, str]]] = {}
+    groups: dict[tuple[str, str], list[Evaluation | tuple[str, str, str, str]]] = {}
     # a sweep's points (one per benchmark) and a pipeline's stages make one line each
     for ev in evaluations(paper, smoke_runs, gpus, compose):
-        row, model = (ev[0], ev[1]) if isinstance(ev, tuple) else (ev.row, ev.model)
-        groups.setdefault((row.split(" (")[0], model), []).append(ev)
+        group, model = (ev[3], ev[1]) if isinstance(ev, tuple) else (ev.group, ev.model)
+        groups.setdefault((group, model), []).append(ev)
     for (row, model), evs in groups.items():
         done = [e for e in evs if isinstance(e, Evaluation)]
         missing = [e for e in evs if isinstance(e, tuple)]
         names = [e[0] if isinstance(e, tuple) else e.row for e in evs]
-        unit = "stages" if all(" (stage " in name for name in names) else "benchmarks"
+        unit = "stages" if all(" (stage " in name for name in names) else "benchmarks or stages"
+        unit = "benchmarks" if not any(" (stage " in name for name in names) else unit
         label = f"{row} ({len(evs)} {unit})" if len(evs) > 1 else names[0]
         gap = f"not estimated: {missing[0][2]}" if missing else ""
         if not done:
