@@ -29,13 +29,13 @@ about 50 ms, where rankrl.runs pulls in numpy, Hydra and OmegaConf (0.4 s).
 CLI (``key=value`` arguments as Hydra's; ``profile=`` stands for the profile's scale)::
 
     python -m rankrl.run_folders log-dir
-    python -m rankrl.run_folders run experiment=rankr1/bm25_dl19 profile=cpu model=smollm2-135m seed=0
+    python -m rankrl.run_folders run experiment=<paper>/<name> profile=cpu model=smollm2-135m seed=0
     python -m rankrl.run_folders run experiment=core/vowels_pipeline profile=cpu model=tiny seed=0 stage=sft
-    python -m rankrl.run_folders root experiment=fgrpo/sweep_lam profile=cpu model=smollm2-135m
-    python -m rankrl.run_folders sweep experiment=rankr1/bm25_bright profile=paper model=qwen2.5-3b \
-        point=benchmark=bright-aops [point=benchmark=bright-pony ...]
-    python -m rankrl.run_folders paper paper=rankr1 [log_dir=outputs/smoke]
-    python -m rankrl.run_folders tables paper=rankr1
+    python -m rankrl.run_folders root experiment=<paper>/<sweep> profile=cpu model=smollm2-135m
+    python -m rankrl.run_folders sweep experiment=<paper>/<name> profile=paper model=<model> \
+        point=benchmark=<b1> [point=benchmark=<b2> ...]
+    python -m rankrl.run_folders paper paper=<paper> [log_dir=outputs/smoke]
+    python -m rankrl.run_folders tables paper=<paper>
     python -m rankrl.run_folders smoke-log-dir
     python -m rankrl.run_folders status <folder> [--force] [the run's profile= model= seed= init_from=]
 
