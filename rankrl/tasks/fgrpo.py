@@ -207,6 +207,31 @@ def qa_pool(
     return Pool(query.qid, bench.name, (query.text,), candidates, frozenset(bench.qrels[query.qid]), True)
 
 
+# The positive control's pools (#41): not the paper's task. ``paper`` shows the candidates as they are;
+# ``marked`` appends MARK to every gold candidate's shown text (the easiest rung: copy a visible mark);
+# ``popularity`` appends each candidate's number of training interactions (the next rung: the signal the
+# most-popular row ranks by, shown; recommendation benchmarks only).
+CONSTRUCTIONS = ("paper", "marked", "popularity")
+MARK = "(*)"
+
+
+def shown_pool(pool: Pool, construction: str, counts: Mapping[str, float] | None = None) -> Pool:
+    """``pool`` as the control's prompt shows it (``construction``); keys, labels and gold are unchanged, so
+    parsing and rewards are the paper's. ``counts``: key -> training interactions (``popularity``)."""
+    if construction == "paper":
+        return pool
+    if construction == "popularity" and counts is None:
+        raise ValueError(f"construction=popularity needs interaction counts for pool {pool.uid!r}")
+
+    def text(c: Candidate) -> str:
+        if construction == "marked":
+            return f"{c.text} {MARK}" if c.key in pool.gold else c.text
+        return f"{c.text} ({int(counts.get(c.key, 0))} users)"
+
+    candidates = tuple(Candidate(c.key, c.label, text(c)) for c in pool.candidates)
+    return Pool(pool.uid, pool.benchmark, pool.context, candidates, pool.gold, pool.show_labels)
+
+
 def check_pool(pool: Pool, num_candidates: int) -> Pool:
     """The benchmark's rules hold: ``num_candidates`` distinct candidates, gold among them, as many gold
     items as the benchmark allows, labels that stay distinct after normalisation."""
@@ -480,6 +505,20 @@ def sft_slate(pool: Pool, n: int, seed: int = 0) -> list[str]:
     return [c.key for c in pool.candidates if c.key in pool.gold or c.key in fill]
 
 
+SFT_TARGETS = ("gold", "format")  # gold: the paper's warm start; format: the positive control's (#41)
+
+
+def format_slate_and_rank(pool: Pool, n: int, k: int, seed: int = 0) -> tuple[list[str], list[str]]:
+    """A format-only SFT target: n candidates drawn by a seeded shuffle (in prompt order) and k of them in a
+    seeded order, so the answer is well formed and says nothing of which items are gold. A positive
+    control's warm start (#41): what GRPO then learns comes from the reward."""
+    rng = keyed_rng(seed, f"sft-format:{pool.uid}")
+    drawn = set(rng.sample([c.key for c in pool.candidates], min(n, len(pool.candidates))))
+    slate = [c.key for c in pool.candidates if c.key in drawn]
+    rank = rng.sample(slate, min(k, len(slate)))
+    return slate, rank
+
+
 def sft_rank(pool: Pool, slate: Sequence[str], k: int) -> list[str]:
     """The gold items of the slate first, then the rest, each in slate order; the first k."""
     return ([s for s in slate if s in pool.gold] + [s for s in slate if s not in pool.gold])[:k]
@@ -598,6 +637,12 @@ class FGRPOSettings:
         train_queries / eval_queries: the first N queries of the train / evaluation split (None: all).
         probe_queries: dev queries that ``monitor`` generates for (the training curves' held-out probe).
         num_candidates: the pool size every query must have.
+        sft_target: ``gold`` (the paper's factorized SFT: gold items in the slate, ranked first) or
+            ``format`` (``format_slate_and_rank``: well formed, no gold; a positive control's warm start).
+        construction: ``paper`` (the benchmark's pools as they are) or a positive control of #41, not the
+            paper's task (``shown_pool``): ``marked`` (gold candidates carry ``MARK``) or ``popularity``
+            (each candidate shows its training interactions). Controls need abstract ids (``item_ids``),
+            where the shown text is apart from the label the answer writes.
         seed: the QA id shuffle and the SFT fillers.
     """
 
@@ -620,6 +665,8 @@ class FGRPOSettings:
     eval_queries: int | None = conf_default("task/fgrpo", "eval_queries")
     probe_queries: int = conf_default("task/fgrpo", "probe_queries")
     num_candidates: int = conf_default("task/fgrpo", "num_candidates")
+    construction: str = conf_default("task/fgrpo", "construction")
+    sft_target: str = conf_default("task/fgrpo", "sft_target")
     seed: int = 0
     _pools: dict[str, list[Pool]] = field(default_factory=dict, init=False, repr=False)
 
@@ -633,6 +680,17 @@ class FGRPOSettings:
             raise ValueError(f"slate_reward={self.slate_reward!r}; valid: {', '.join(SLATE_REWARDS)}")
         if not 1 <= self.rank_size <= self.slate_size:
             raise ValueError(f"need 1 <= rank_size <= slate_size, got {self.rank_size} and {self.slate_size}")
+        if self.sft_target not in SFT_TARGETS:
+            raise ValueError(f"sft_target={self.sft_target!r}; valid: {', '.join(SFT_TARGETS)}")
+        if self.construction not in CONSTRUCTIONS:
+            raise ValueError(f"construction={self.construction!r}; valid: {', '.join(CONSTRUCTIONS)}")
+        if self.construction == "popularity" and name in QA_BENCHMARKS:
+            raise ValueError(f"construction=popularity needs a recommendation benchmark, got {name!r}")
+        if self.construction != "paper" and name not in QA_BENCHMARKS and not self.item_ids:
+            raise ValueError(
+                f"construction={self.construction} marks the shown text, apart from the written label: "
+                "set task.item_ids=true"
+            )
         if self.format_penalty >= 0 or self.lam < 0:
             raise ValueError(
                 f"need format_penalty < 0 and lam >= 0, got {self.format_penalty} and {self.lam}"
@@ -658,6 +716,8 @@ class FGRPOSettings:
                     recsys_pool(bench, q, self.item_ids, self.max_history, self.name_chars, self.id_style)
                     for q in queries
                 ]
+            counts = bench.runs.get("popularity", {}) if self.construction == "popularity" else {}
+            pools = [shown_pool(p, self.construction, counts.get(p.uid)) for p in pools]
             self._pools[split] = [check_pool(p, self.num_candidates) for p in pools]
         return self._pools[split][:limit]
 
@@ -690,11 +750,17 @@ class FGRPOTask(FGRPOSettings, TaskBase):
         ]
 
     def sft_examples(self) -> list[SFTExample]:
-        """Factorized SFT: both tags, a gold slate and the gold items ranked first."""
+        """Factorized SFT: both tags, a gold slate and the gold items ranked first (``sft_target=format``: a
+        seeded slate and rank that name no gold, ``format_slate_and_rank``)."""
         out = []
         for p in self.train_pools():
-            slate = sft_slate(p, self.slate_size, self.seed)
-            answer = factorized_answer(p, slate, sft_rank(p, slate, self.rank_size))
+            if self.sft_target == "format":
+                answer = factorized_answer(
+                    p, *format_slate_and_rank(p, self.slate_size, self.rank_size, self.seed)
+                )
+            else:
+                slate = sft_slate(p, self.slate_size, self.seed)
+                answer = factorized_answer(p, slate, sft_rank(p, slate, self.rank_size))
             out.append(
                 SFTExample(
                     f"{self.bench.name}:{p.uid}",

@@ -1,0 +1,127 @@
+"""F-GRPO's positive control (#41; rankrl/tasks/fgrpo.py ``construction`` and ``sft_target``): what the
+control's prompts show, that a policy copying the shown signal scores through the paper's parser and metrics
+what the signal allows, and that the format-only warm start carries no gold. The paper rows
+(``construction=paper``, ``sft_target=gold``) are unchanged."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from rankrl.rollout.base import Generation
+from rankrl.tasks.fgrpo import (
+    MARK,
+    FGRPOTask,
+    PopularityTask,
+    factorized_answer,
+    factorized_messages,
+    judge_completion,
+)
+from tests.conftest import require_data
+from tests.tasks.test_fgrpo import toy_benchmark
+
+
+def toy_task(users: int = 6, **kwargs) -> FGRPOTask:
+    return FGRPOTask(benchmark=toy_benchmark(users), **{"item_ids": True, **kwargs})
+
+
+LINE = re.compile(r"^(\w{1,2}): (.*)$", re.MULTILINE)  # "a: Title" or "7: Title"
+
+
+def shown_lines(messages) -> dict[str, str]:
+    """label -> the text the prompt shows for it (the lines under "Candidate ...:", not the history)."""
+    return dict(LINE.findall(messages[1]["content"].split("\nCandidate ", 1)[1]))
+
+
+def copier(pick):
+    """A policy that reads only the prompt: ``pick(lines)`` orders the labels, best first; it answers with
+    the first 10 as the slate and their first 5 as the rank."""
+
+    def generate(prompts):
+        out = []
+        for messages in prompts:
+            order = pick(shown_lines(messages))
+            text = f"<SLATE>{' '.join(order[:10])}</SLATE>\n<RANK>{' '.join(order[:5])}</RANK>"
+            out.append(Generation(text, 10, 5))
+        return out
+
+    return generate
+
+
+def test_marked_pools_mark_exactly_the_gold_and_keep_keys_labels_and_gold() -> None:
+    paper, marked = toy_task(), toy_task(construction="marked")
+    for a, b in zip(paper.pools("train"), marked.pools("train")):
+        assert [(c.key, c.label) for c in a.candidates] == [(c.key, c.label) for c in b.candidates]
+        assert a.gold == b.gold
+        lines = shown_lines(factorized_messages(b))
+        assert {label for label, text in lines.items() if text.endswith(MARK)} == {
+            c.label for c in b.candidates if c.key in b.gold
+        }
+        assert not any(MARK in text for text in shown_lines(factorized_messages(a)).values())
+
+
+def test_a_policy_that_copies_the_mark_scores_one_and_without_the_mark_chance() -> None:
+    def marked_first(lines):
+        return sorted(lines, key=lambda label: not lines[label].endswith(MARK))
+
+    marked = toy_task(construction="marked").evaluate({"policy": copier(marked_first)}, "test")["metrics"]
+    assert (
+        marked["R@1"] == marked["R@5"] == marked["slate_recall"] == 1.0 and marked["format_error_rate"] == 0
+    )
+    paper = toy_task().evaluate({"policy": copier(marked_first)}, "test")["metrics"]
+    assert paper["R@1"] < 1.0  # the same rule has nothing to copy on the paper's pools
+
+
+@pytest.fixture(scope="module")
+def movielens_popularity():
+    data = require_data("movielens-100k")
+    kwargs = {"benchmark": "movielens-100k", "data_dir": data, "item_ids": True, "id_style": "letters"}
+    return FGRPOTask(construction="popularity", **kwargs), PopularityTask(**kwargs)
+
+
+def test_popularity_pools_show_the_counts_the_most_popular_row_ranks_by(movielens_popularity) -> None:
+    task, popular = movielens_popularity
+    counts = task.bench.runs["popularity"]
+    pools = task.eval_pools("test", 100)
+    for p in pools[:20]:
+        lines = shown_lines(factorized_messages(p))
+        for c in p.candidates:
+            assert lines[c.label].endswith(f"({int(counts[p.uid][c.key])} users)")
+
+    def most_users_first(lines):  # stable: ties keep the prompt's order, as the most-popular row's sort does
+        return sorted(lines, key=lambda label: -int(re.search(r"\((\d+) users\)$", lines[label]).group(1)))
+
+    copied = task.evaluate({"policy": copier(most_users_first)}, "test", limit=100)["metrics"]
+    reference = popular.evaluate({}, "test", limit=100)["metrics"]
+    assert copied["R@5"] == pytest.approx(reference["R@5"]) and reference["R@5"] > 0.5
+
+
+def test_the_format_warm_start_is_well_formed_and_names_no_gold() -> None:
+    task = toy_task(construction="marked", sft_target="format", users=40)
+    examples, pools = task.sft_examples(), task.train_pools()
+    gold_in_slate = gold_first = 0
+    for example, pool in zip(examples, pools):
+        judged = judge_completion(example.completion, pool)
+        assert judged.status == "ok" and len(judged.slate) == 10 and len(judged.rank) == 5
+        gold_in_slate += bool(pool.gold & set(judged.slate))
+        gold_first += judged.rank[0] in pool.gold
+    # a seeded draw of 10 of 20 holds the one gold item about half the time; ranked first about 1 in 20
+    assert 10 <= gold_in_slate <= 30 and gold_first <= 8
+    again = toy_task(construction="marked", sft_target="format", users=40).sft_examples()
+    assert [e.completion for e in again] == [e.completion for e in examples]
+    gold = toy_task(construction="marked", users=40)
+    for example, pool in zip(gold.sft_examples(), gold.train_pools()):  # the paper's SFT: gold ranked first
+        assert judge_completion(example.completion, pool).rank[0] in pool.gold
+        assert example.completion != factorized_answer(pool, [], [])
+
+
+def test_bad_control_settings_name_the_fix() -> None:
+    with pytest.raises(ValueError, match="paper, marked, popularity"):
+        toy_task(construction="starred")
+    with pytest.raises(ValueError, match="gold, format"):
+        toy_task(sft_target="random")
+    with pytest.raises(ValueError, match="task.item_ids=true"):
+        FGRPOTask(benchmark=toy_benchmark(), construction="marked")
+    with pytest.raises(ValueError, match="recommendation benchmark"):
+        FGRPOTask(benchmark="hotpotqa", construction="popularity")
