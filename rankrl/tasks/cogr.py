@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import re
 import time
 import tomllib
@@ -173,12 +174,17 @@ def item_own_terms(doc: Document) -> list[str]:
 
 
 def build_index(
-    items: Mapping[str, Document], item_keywords: Mapping[str, Sequence[str]], k_max: int
+    items: Mapping[str, Document],
+    item_keywords: Mapping[str, Sequence[str]],
+    k_max: int,
+    extra_terms: Mapping[str, Sequence[str]] | None = None,
 ) -> KeywordIndex:
-    """The inverted index of every item's keyword set (first ``k_max``) plus its title."""
+    """The inverted index of every item's keyword set (first ``k_max``) plus its title (and, for the positive
+    control, ``extra_terms``: more fixed terms of an item, ``echo_terms``)."""
+    extra = extra_terms or {}
     return KeywordIndex(
         {i: within_budget(item_keywords.get(i, ()), k_max) for i in items},
-        {i: item_own_terms(doc) for i, doc in items.items()},
+        {i: [*item_own_terms(doc), *extra.get(i, ())] for i, doc in items.items()},
     )
 
 
@@ -354,6 +360,40 @@ def tfidf_item_keywords(catalog: Catalog, m: int, max_words: int | None = None) 
     return out
 
 
+# The positive control (#41), not the paper's task: ``paper`` indexes the item side's keywords;
+# ``query_echo`` indexes a fixed item side with no generated keywords, each item's title plus, as its own
+# terms, the words of every query it is relevant to that no other query has (``echo_terms``), so that
+# copying the query's own words into S_q retrieves exactly its relevant items. Only the query side trains.
+CONSTRUCTIONS = ("paper", "query_echo")
+QUERY_SFT_TARGETS = (
+    "gold",
+    "format",
+)  # gold: the paper's (query_echo: the query's own words); format: no gold
+_CONTENT_WORD = re.compile(r"(?u)\b[^\W\d_]{2,}\b")  # the TF-IDF words' pattern
+
+
+def content_words(text: str) -> list[str]:
+    """The distinct words of ``text`` that are not English stop words, in order (TF-IDF's tokens)."""
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+    words = (normalize_keyword(w) for w in _CONTENT_WORD.findall(text.lower()))
+    return list(dict.fromkeys(w for w in words if w and w not in ENGLISH_STOP_WORDS))
+
+
+def echo_terms(catalog: Catalog) -> dict[str, list[str]]:
+    """item -> the echo terms of the ``query_echo`` index: the content words of every query (both splits) it
+    is relevant to that no other query of the catalog has. A word two queries share would retrieve either's
+    items for both, so copying a query's own words retrieves exactly its relevant items (F1 1) where it has
+    a word of its own; its shared words retrieve nothing."""
+    words = {q: content_words(catalog.queries[q].text) for q in sorted(catalog.relevant)}
+    owners = Counter(w for ws in words.values() for w in ws)
+    terms: dict[str, list[str]] = {i: [] for i in catalog.items}
+    for qid, ws in words.items():
+        for item in catalog.relevant[qid]:
+            terms[item].extend(w for w in ws if owners[w] == 1 and w not in terms[item])
+    return terms
+
+
 def query_sft_targets(
     catalog: Catalog, item_keywords: Mapping[str, Sequence[str]], n: int
 ) -> dict[str, list[str]]:
@@ -417,6 +457,13 @@ class CoGRTask(CatalogOnDemand, TaskBase):
             train over the SFT item index, not the base model's).
         probe_queries / probe_items: the monitor's fixed probe sets (training queries; their relevant items).
         index_sampling: the evaluation sampling; part of the identity of base-model keyword files.
+        construction: ``paper``, or ``query_echo`` (the positive control of #41, not the paper's task): the
+            item index is fixed, no generated keywords, each item's title plus the words of the queries it
+            is relevant to that no other query has (``echo_terms``); no item generator is asked, only the
+            query side trains.
+        query_sft_target: the query SFT targets: ``gold`` (the paper's; ``query_echo``: the query's own
+            content words, which retrieve its relevant items) or ``format`` (a seeded non-relevant item's
+            TF-IDF words: the format, no gold; a control's warm start).
         seed: the base-model keyword file's identity (sampling is seeded by the run).
     """
 
@@ -443,10 +490,19 @@ class CoGRTask(CatalogOnDemand, TaskBase):
         probe_queries: int = conf_default(CONF, "probe_queries"),
         probe_items: int = conf_default(CONF, "probe_items"),
         index_sampling: Any = None,
+        construction: str = conf_default(CONF, "construction"),
+        query_sft_target: str = conf_default(CONF, "query_sft_target"),
         seed: int = 0,
     ) -> None:
         if min(k_max, item_budget, query_budget) < 1:
             raise ValueError("k_max, item_budget and query_budget must be >= 1")
+        if construction not in CONSTRUCTIONS:
+            raise ConfigError(f"task.construction={construction!r}; valid: {', '.join(CONSTRUCTIONS)}")
+        if query_sft_target not in QUERY_SFT_TARGETS:
+            raise ConfigError(
+                f"task.query_sft_target={query_sft_target!r}; valid: {', '.join(QUERY_SFT_TARGETS)}"
+            )
+        self.construction, self.query_sft_target = construction, query_sft_target
         self._catalog_args = (benchmark, data_dir, dict(benchmark_options or {}))
         self.k_max, self.item_budget, self.query_budget = k_max, item_budget, query_budget
         self.item_max_words = item_max_words
@@ -565,13 +621,25 @@ class CoGRTask(CatalogOnDemand, TaskBase):
                 "sft_item stage of a finished cogr/cogr_<benchmark> pipeline (and roles.query.init_from "
                 "to its sft_query stage); experiments/cogr/reproduce.sh does"
             )
+        if self.construction == "query_echo" and self.side != "query":
+            raise ConfigError(
+                "task.construction=query_echo fixes the item index: train the query side only "
+                f"(task.side=query with a shared generator), not side {self.side!r}"
+            )
         self._index = self._counterfactual = None
+
+    def fixed_index(self) -> tuple[dict[str, list[str]], KeywordIndex]:
+        """``query_echo``: the fixed item index, no generated keywords, each item's title and echo terms."""
+        keywords: dict[str, list[str]] = {i: [] for i in self.catalog.items}
+        return keywords, build_index(self.catalog.items, keywords, self.k_max, echo_terms(self.catalog))
 
     def frozen_generator(self, side: str) -> Generator | None:
         return self.generators.get(self.role_of(side)) if self.role_of(side) != self.role else None
 
     def item_index(self) -> KeywordIndex:
         """The item index of the item side's weights at the start of this stage (frozen, or the reference)."""
+        if self._index is None and self.construction == "query_echo":
+            self._index = self.fixed_index()[1]
         if self._index is None:
             items = list(self.catalog.items)
             keywords = self.keywords(
@@ -677,7 +745,7 @@ class CoGRTask(CatalogOnDemand, TaskBase):
         base = self.initial_item_keywords()
         pairs: list[SFTExample] = []
         if self.side in ("query", "both"):
-            for qid, target in query_sft_targets(self.catalog, base, self.query_budget).items():
+            for qid, target in self.query_targets(base).items():
                 pairs.append(
                     SFTExample(
                         f"query:{qid}",
@@ -696,6 +764,21 @@ class CoGRTask(CatalogOnDemand, TaskBase):
                         )
                     )
         return pairs
+
+    def query_targets(self, item_keywords: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+        """Each training query's SFT target (``query_sft_target``; the paper's: ``query_sft_targets``)."""
+        train = self.catalog.split("train")
+        if self.query_sft_target == "format":  # a seeded item that is not relevant: its words, no gold
+            rng = random.Random(f"{self.seed}\x00cogr-format")
+            items = sorted(item_keywords)
+            targets = {}
+            for q in train:
+                others = [i for i in items if i not in self.catalog.relevant[q] and item_keywords[i]]
+                targets[q] = within_budget(item_keywords[rng.choice(others)], self.query_budget)
+            return targets
+        if self.construction == "query_echo":
+            return {q: words for q in train if (words := content_words(self.catalog.queries[q].text))}
+        return query_sft_targets(self.catalog, item_keywords, self.query_budget)
 
     # -- monitor and evaluation
     def monitor(self, generators: Mapping[str, Generator]) -> dict[str, float]:
@@ -734,16 +817,19 @@ class CoGRTask(CatalogOnDemand, TaskBase):
         if split not in SPLITS:
             raise ValueError(f"CoGR evaluates split 'train' or 'validation', got {split!r}")
         items = list(self.catalog.items)
-        item_kw = self.keywords(
-            "item", items, generators.get(self.role_of("item")), self.weights_source("item")
-        )
+        if self.construction == "query_echo":
+            item_kw, index = self.fixed_index()
+        else:
+            item_kw = self.keywords(
+                "item", items, generators.get(self.role_of("item")), self.weights_source("item")
+            )
+            index = build_index(self.catalog.items, item_kw, self.k_max)
         evaluated = self.catalog.split(split)[:limit]
         train = self.catalog.split("train")
         wanted = list(dict.fromkeys([*train, *evaluated]))
         query_kw = self.keywords(
             "query", wanted, generators.get(self.role_of("query")), self.weights_source("query")
         )
-        index = build_index(self.catalog.items, item_kw, self.k_max)
 
         def retrieved(qids: Sequence[str]) -> dict[str, set[str]]:
             return {
