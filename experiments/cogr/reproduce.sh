@@ -67,5 +67,17 @@ if [[ $PROFILE == cpu ]]; then
     echo "== WANDS rows skipped: $DATA/wands/product.csv or label.csv missing (python -m rankrl.data.prepare --only wands)"
   fi
 fi
+# CONTROL=1 (CPU profile): the positive control (#41; README "Positive control"), dl-pools-cpu, ~25 min a seed
+# on one core: query-side SFT against the fixed echo index, then a query stage with a budget from a
+# format-only warm start
+control_rows() {  # control_rows <model>
+  local m=$1
+  for SEED in $(seeds); do
+    run train cogr/control_sft "$m" trainer.resume=true
+    pipeline cogr/control_grpo "$m"
+  done
+  SEED=0
+}
+if [[ -n "${CONTROL:-}" && $PROFILE == cpu ]]; then control_rows "${MODELS%% *}"; fi
 report cogr  # the tables, the training curves and the co-evolution figures (experiments/cogr/figures.yaml)
 if [[ -z "${DRY_RUN:-}" ]]; then echo "== reproduce-cogr ($PROFILE) finished in $((SECONDS / 60)) min"; fi

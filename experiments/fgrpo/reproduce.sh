@@ -104,6 +104,18 @@ for m in $MODELS; do
     if [[ -n $SIZES ]]; then sweep "$m" sweep_n task.slate_size n "$SIZES"; fi
   fi
 done
+# CONTROL=1 (CPU profile): the positive control (#41; README "Positive control"), MovieLens, ~60 min a seed on
+# one core: gold SFT on pools whose gold candidates are marked, then the F-GRPO row with a budget from a
+# format-only warm start (CONTROL_CONSTRUCTION=popularity for the next rung)
+control_rows() {  # control_rows <model>
+  local m=$1 c=${CONTROL_CONSTRUCTION:-marked}
+  for SEED in $(seeds); do
+    RUN_NAME=fgrpo/control_sft/$c run train fgrpo/control_sft "$m" "task.construction=$c" trainer.resume=true
+    RUN_NAME=fgrpo/control_grpo/$c pipeline fgrpo/control_grpo "$m" "task.construction=$c"
+  done
+  SEED=0
+}
+if [[ -n "${CONTROL:-}" && $PROFILE == cpu ]]; then control_rows "$first"; fi
 # Tables (the relative gains and paired tests among them) and figures
 if [[ -n "${REPORT_DIR:-}" ]]; then report fgrpo "out_dir=$REPORT_DIR"; else report fgrpo; fi
 if [[ -z "${DRY_RUN:-}" ]]; then echo "== reproduce-fgrpo ($PROFILE) finished in $((SECONDS / 60)) min"; fi

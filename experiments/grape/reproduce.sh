@@ -30,6 +30,21 @@ cpu_rows() {  # cpu_rows <model>
     pipeline grape/cpu_grape_sim "$m" "task.compress_words=$words"
   done
   SEED=0
+  if [[ -n "${CONTROL:-}" ]]; then control_rows "$m"; fi
+}
+
+control_rows() {  # control_rows <model>; CONTROL=1: the positive control (#41; README "Positive control"),
+  # ~45 min a seed on one core
+  local m=$1 c
+  # reference rows, no LLM: DL19 with the filler words (the floor) and clean (the ceiling)
+  for c in filler paper; do
+    RUN_NAME=grape/control_raw_query/$c run evaluate grape/control_raw_query "$m" "task.construction=$c"
+  done
+  for SEED in $(seeds); do
+    run train grape/control_sft "$m" trainer.resume=true   # supervision: the clean query as the rewrite
+    pipeline grape/control_grpo "$m"                        # the CPU GRPO row, with a budget
+  done
+  SEED=0
 }
 
 rewrite_words() {  # rewrite_words <run folder of a GRAPE rank-reward run>: its mean rewrite length, which the
