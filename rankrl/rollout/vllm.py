@@ -247,16 +247,24 @@ class _UnloadedWeights(logging.Handler):
 
 @contextmanager
 def reload_problems() -> Iterator[_UnloadedWeights]:
-    """Listen to vLLM's reload loggers for the block; the handler's ``problems`` lists what they said."""
+    """Listen to vLLM's reload loggers for the block; the handler's ``problems`` lists what they said.
+
+    The loggers are opened to warnings for the block: a user's ``VLLM_LOGGING_LEVEL=ERROR`` (or a library
+    that raised the ``vllm`` logger's level, as importing TRL next to vLLM does) would otherwise drop the very
+    warnings the check reads, and a stale push would pass in silence."""
     handler = _UnloadedWeights()
     loggers = [logging.getLogger(name) for name in RELOAD_LOGGERS]
+    levels = [logger.level for logger in loggers]
     for logger in loggers:
         logger.addHandler(handler)
+        if logger.getEffectiveLevel() > logging.WARNING:
+            logger.setLevel(logging.WARNING)
     try:
         yield handler
     finally:
-        for logger in loggers:
+        for logger, level in zip(loggers, levels):
             logger.removeHandler(handler)
+            logger.setLevel(level)
 
 
 def request_seeds(num_prompts: int, n: int) -> list[int]:

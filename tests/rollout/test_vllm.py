@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import os
 import pkgutil
 import subprocess
@@ -210,11 +211,18 @@ def test_lora_policy_is_pushed_merged_and_keeps_its_adapter(smollm2):
     ],
     ids=["a weight left out", "a name vLLM lacks"],
 )
-def test_a_push_that_misses_a_weight_or_names_an_unknown_one_raises(model_dir, monkeypatch, edit, said):
+def test_a_push_that_misses_a_weight_or_names_an_unknown_one_raises(
+    model_dir, monkeypatch, request, edit, said
+):
     """vLLM only warns when a reload leaves weights as they were (they keep serving stale values): the push
-    raises, naming them. Measured on vLLM 0.32's CPU engine: the left-out norm is reported by name."""
+    raises, naming them. Measured on vLLM 0.32's CPU engine: the left-out norm is reported by name. vLLM's
+    logger stands at ERROR here, as after importing TRL (CI's run, where the check once passed in silence) or
+    with VLLM_LOGGING_LEVEL=ERROR: the check must not depend on the user's log level."""
     policy, tok = load_policy(str(model_dir / "tiny"))
-    engine = rv.VLLMEngine(policy, tok, kv_cache_gib=0.05)
+    engine = rv.VLLMEngine(policy, tok, kv_cache_gib=0.05)  # vLLM sets its logger's level at first import
+    vllm_logger = logging.getLogger("vllm")
+    request.addfinalizer(lambda level=vllm_logger.level: vllm_logger.setLevel(level))
+    vllm_logger.setLevel(logging.ERROR)
     real = rv.vllm_named_weights
     monkeypatch.setattr(rv, "vllm_named_weights", lambda model: iter(edit(list(real(model)))))
     engine.sync_weights(policy)
