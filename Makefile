@@ -112,7 +112,7 @@ reproduce: setup ## every paper's reproduction, one after the other (each experi
 reproduce-rankr1: setup ## Rank-R1: every row of PROFILE (cpu: 62-81 min measured from fresh clones), then its tables (experiments/rankr1/README.md)
 	$(call REPRODUCE,rankr1)
 
-reproduce-grape: setup ## GRAPE: the CPU-scale text rows over 3 seeds, tables, paired tests, CPU Fig. 5 (29-33 min measured)
+reproduce-grape: setup ## GRAPE: the CPU-scale text rows over 5 seeds, tables, paired tests, CPU Fig. 5 (35 min measured with setup done)
 	$(call REPRODUCE,grape)
 
 pipeline-check: setup ## the engine's own pipelines on the tiny model: SFT -> GRPO -> evaluate, and two roles in rounds (~1 min)
