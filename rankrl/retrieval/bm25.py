@@ -19,7 +19,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -87,21 +87,21 @@ def run_anserini_indexer(
         raise RuntimeError(f"Anserini indexing failed (exit {proc.returncode}) for {collection_dir}:\n{tail}")
 
 
-def build_lucene_index(
+def cached_lucene_index(
     docs: Sequence[Document],
-    cache_dir: str | Path | None = None,
-    name: str = "bm25",
-    threads: int = 2,
+    cache_dir: str | Path | None,
+    name: str,
+    settings: dict[str, Any],
+    build: Callable[[Path], None],
 ) -> Path:
-    """Build (or reuse) a Lucene index of ``docs`` under ``<cache_dir>/lucene/<name>-<hash>``; returns it.
+    """The Lucene index of ``docs`` under ``<cache_dir>/lucene/<name>-<hash of docs and settings>``: reused
+    when complete, else made by ``build(work)``, which writes an Anserini index into ``work / "index"``.
 
     The folder appears only once complete (built beside it, then renamed), so an interrupted build is never
     mistaken for a finished one, and two processes building the same corpus do not corrupt each other.
     """
     check_unique_ids(d.docid for d in docs)
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    root = root / "lucene"
-    settings = {"analyzer": "anserini-default-english", "jar": anserini_jar().name}
+    root = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / "lucene"
     final = root / f"{name}-{corpus_fingerprint(docs, settings)}"
     if (final / _META).exists():
         log.info("reusing Lucene index %s", final)
@@ -109,8 +109,7 @@ def build_lucene_index(
     root.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=root, prefix=f".{name}-building-"))
     try:
-        collection = write_json_collection(docs, work / "collection").parent
-        run_anserini_indexer(collection, work / "index", threads)
+        build(work)
         (work / "index" / _META).write_text(json.dumps({"num_docs": len(docs), "name": name, **settings}))
         try:
             os.replace(work / "index", final)
@@ -120,6 +119,22 @@ def build_lucene_index(
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return final
+
+
+def build_lucene_index(
+    docs: Sequence[Document],
+    cache_dir: str | Path | None = None,
+    name: str = "bm25",
+    threads: int = 2,
+) -> Path:
+    """Build (or reuse) a BM25 Lucene index of ``docs`` (``cached_lucene_index``); returns its folder."""
+
+    def build(work: Path) -> None:
+        collection = write_json_collection(docs, work / "collection").parent
+        run_anserini_indexer(collection, work / "index", threads)
+
+    settings = {"analyzer": "anserini-default-english", "jar": anserini_jar().name}
+    return cached_lucene_index(docs, cache_dir, name, settings, build)
 
 
 def open_searcher(index_dir: Path, k1: float, b: float) -> LuceneSearcher:

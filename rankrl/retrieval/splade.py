@@ -19,9 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,12 +26,9 @@ from typing import Any
 from rankrl.conf_defaults import conf_default
 from rankrl.data.records import Document
 from rankrl.retrieval.base import (
-    check_unique_ids,
-    corpus_fingerprint,
-    default_cache_dir,
     document_text,
 )
-from rankrl.retrieval.bm25 import MAX_QUERY_TERMS, LuceneSearch, run_anserini_indexer
+from rankrl.retrieval.bm25 import MAX_QUERY_TERMS, LuceneSearch, cached_lucene_index, run_anserini_indexer
 from rankrl.retrieval.java import anserini_jar, start_jvm
 
 log = logging.getLogger(__name__)
@@ -42,7 +36,6 @@ log = logging.getLogger(__name__)
 # the settings' one home is conf/retriever/splade-v2.yaml (rankrl.conf_defaults)
 SPLADE_V2 = conf_default("retriever/splade-v2", "model_path")
 IMPACT_OPTIONS = ("-impact", "-pretokenized", "-storeRaw")
-_META = "rankrl_index.json"
 
 
 def load_encoder(factory: Callable[..., Any], model_path: str, **kwargs: Any) -> Any:
@@ -162,35 +155,22 @@ class SpladeRetriever(LuceneSearch):
             return positive(self.query_encoder.encode(text, max_length=self.query_max_length))
 
     def build_index(self, docs: Sequence[Document]) -> Path:
-        """Build (or reuse) the impact index of ``docs``; the folder appears only once complete."""
-        check_unique_ids(d.docid for d in docs)
-        root = (Path(self.cache_dir) if self.cache_dir is not None else default_cache_dir()) / "lucene"
+        """Build (or reuse) the impact index of ``docs`` (``cached_lucene_index``); returns its folder."""
+
+        def build(work: Path) -> None:
+            vectors = self.encode_documents(docs)
+            collection = write_vector_collection(docs, vectors, work / "collection").parent
+            run_anserini_indexer(
+                collection, work / "index", self.threads, "JsonVectorCollection", IMPACT_OPTIONS
+            )
+
         settings = {
             "model": self.model_path,
             "max_length": self.max_length,
             "weights": "pyserini-splade round(w/5*256)",
             "jar": anserini_jar().name,
         }
-        final = root / f"{self.name}-{corpus_fingerprint(docs, settings)}"
-        if (final / _META).exists():
-            log.info("reusing SPLADE index %s", final)
-            return final
-        root.mkdir(parents=True, exist_ok=True)
-        work = Path(tempfile.mkdtemp(dir=root, prefix=f".{self.name}-building-"))
-        try:
-            vectors = self.encode_documents(docs)
-            collection = write_vector_collection(docs, vectors, work / "collection").parent
-            built = work / "index"
-            run_anserini_indexer(collection, built, self.threads, "JsonVectorCollection", IMPACT_OPTIONS)
-            (built / _META).write_text(json.dumps({"num_docs": len(docs), **settings}))
-            try:
-                os.replace(built, final)
-            except OSError:
-                if not (final / _META).exists():  # a concurrent build that finished first is as good
-                    raise
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-        return final
+        return cached_lucene_index(docs, self.cache_dir, self.name, settings, build)
 
     def index(self, docs: Sequence[Document]) -> None:
         """Build or reuse the index of ``docs`` and open an impact searcher on it."""
