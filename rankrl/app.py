@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rankrl import distributed as ddp
 from rankrl import run_folders
+from rankrl.config import check_train_role_declared
 from rankrl.errors import ConfigError, EnvironmentProblem
 from rankrl.rl.config import eval_sampling
 from rankrl.rl.task import DEFAULT_ROLE, EvalTask
@@ -115,10 +116,8 @@ def build_roles(
 
 def check_train_role(cfg: DictConfig, task: EvalTask) -> str:
     """The role ``cfg.train_role`` (conf/train.yaml: ``policy``), after checking that the run declares it."""
-    role = cfg.train_role
+    role = check_train_role_declared(cfg)
     declared = set(role_specs(cfg))
-    if role not in declared:
-        raise ConfigError(f"train_role={role!r}; the run's roles are {', '.join(sorted(declared))}")
     if set(task.roles) != declared:
         raise ConfigError(
             f"task {task.name!r} has roles {list(task.roles)} but the config declares "

@@ -91,6 +91,21 @@ def check_trainable(cfg: DictConfig) -> None:
     )
 
 
+def check_train_role_declared(cfg: DictConfig) -> str:
+    """``cfg.train_role`` (conf/train.yaml: ``policy``), after checking that the run declares that role: a
+    run whose ``roles:`` name others (one shared generator, say) must say which of them it trains."""
+    from rankrl.errors import ConfigError
+    from rankrl.rl.task import DEFAULT_ROLE
+
+    declared = list(cfg.get("roles") or {}) or [DEFAULT_ROLE]
+    if cfg.train_role not in declared:
+        raise ConfigError(
+            f"train_role={cfg.train_role!r}; the run's roles are {', '.join(sorted(declared))}: set "
+            "train_role=<one of them>"
+        )
+    return cfg.train_role
+
+
 def check_config(cfg: DictConfig, *, train: bool) -> None:
     """Every check of a composed config that needs no model, run before torch loads: a wrong value
     (``seed=abc``, ``evaluation.sampling.max_new_tokens=many``, ``trainer.group_size=0``) ends the run in a
@@ -100,6 +115,7 @@ def check_config(cfg: DictConfig, *, train: bool) -> None:
     check_run_keys(cfg)
     if train:
         check_trainable(cfg)
+        check_train_role_declared(cfg)
         build_trainer_config(cfg.trainer)
     if cfg.get("evaluation") is not None:  # each role's evaluation sampling (the run's one policy: no roles)
         for role in [*(cfg.get("roles") or {})] or [None]:

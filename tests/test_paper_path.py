@@ -183,17 +183,22 @@ def test_paper_profile_without_a_gpu_stops_before_anything_loads():
     app.check_machine(compose("train", ["experiment=rankr1/rankr1_grpo", "profile=smoke"]))
 
 
-def test_make_lists_every_paper_row_without_running_one():
-    """`make -n reproduce-<paper> PROFILE=paper` prints the rows the tables read (the script runs in
-    DRY_RUN)."""
-    out = subprocess.run(
-        ["make", "-n", "reproduce-rankr1", "PROFILE=paper"],
+def make_dry_run(target: str) -> str:
+    """What `make -n <target> PROFILE=paper` prints (the paper scripts run in DRY_RUN under -n)."""
+    return subprocess.run(
+        ["make", "-n", target, "PROFILE=paper"],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
         timeout=120,
         env={**os.environ, "MAKEFLAGS": ""},
     ).stdout
+
+
+def test_make_lists_every_paper_row_without_running_one():
+    """`make -n reproduce-<paper> PROFILE=paper` prints the rows the tables read (the script runs in
+    DRY_RUN)."""
+    out = make_dry_run("reproduce-rankr1")
     rows = [line for line in out.splitlines() if "-m rankrl." in line]
     # the data the paper rows read beyond `make data`'s is fetched before the first row: MS MARCO's training
     # set (GRPO's and SFT's prompts) and every BRIGHT task's documents
@@ -235,14 +240,7 @@ def test_make_lists_every_grape_row_and_figure_without_running_one():
     five benchmarks, CIRR's reference captions before CIRR's rows, and the Flickr30k-CN runs Fig. 5 draws."""
     import yaml
 
-    out = subprocess.run(
-        ["make", "-n", "reproduce-grape", "PROFILE=paper"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "MAKEFLAGS": ""},
-    ).stdout
+    out = make_dry_run("reproduce-grape")
     lines = [line for line in out.splitlines() if "-m rankrl." in line]
     rows = [line for line in lines if "experiment=grape/" in line]
     for b in ("flickr30k-cn", "cvlue", "xm3600", "wiki-image", "cirr"):
@@ -274,14 +272,7 @@ def test_make_lists_every_grape_row_and_figure_without_running_one():
 def _dry_run(paper: str) -> list[str]:
     """The `-m rankrl.*` lines the reproduce script prints under `make -n reproduce-<paper> PROFILE=paper`,
     in order (after make's own setup recipes)."""
-    out = subprocess.run(
-        ["make", "-n", f"reproduce-{paper}", "PROFILE=paper"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "MAKEFLAGS": ""},
-    ).stdout.splitlines()
+    out = make_dry_run(f"reproduce-{paper}").splitlines()
     script = next(i for i, line in enumerate(out) if f"bash experiments/{paper}/reproduce.sh" in line)
     assert "DRY_RUN=1 " in out[script]
     return [line for line in out[script + 1 :] if "-m rankrl." in line]

@@ -204,6 +204,22 @@ def test_a_trainer_the_task_cannot_use_stops_before_anything_loads():
     check_trainable(compose("train", ["experiment=fgrpo/twostep", "trainer=sft"]))
 
 
+@pytest.mark.parametrize("experiment", [e for e in EXPERIMENTS if e not in PIPELINES])
+def test_every_training_experiment_passes_the_checks_made_before_a_model_loads(experiment: str):
+    """What `python -m rankrl.train experiment=<e>` checks before torch loads, for every single-stage
+    experiment that trains (cogr/control_sft once declared one shared role and trained the default policy
+    role, which it does not have: it stopped at start-up)."""
+    from rankrl.config import check_config, check_trainable
+
+    cfg = compose("train", [f"experiment={experiment}"])
+    try:
+        check_trainable(cfg)
+    except ConfigError as err:  # an experiment `rankrl.evaluate` runs (its task does not train this way)
+        assert "evaluation-only" in str(err) or "does not train with" in str(err)
+        return
+    check_config(cfg, train=True)
+
+
 @pytest.mark.parametrize("experiment", PIPELINES)
 def test_every_pipeline_stage_trains_what_its_task_trains(experiment: str):
     """run_pipeline checks every stage's config before its first stage; here for every pipeline the suite
