@@ -34,7 +34,7 @@ cpu_rows() {
   if [[ -n "${CONTROL:-}" ]]; then control_rows; fi
 }
 
-control_rows() {  # CONTROL=1: the positive control (#41; README "Positive control"), ~65 min a seed on one core
+control_rows() {  # CONTROL=1: the positive control (#41; README "Positive control"), ~3 h a seed on one core
   local c=query_echo  # the rung the supervision learned; CONTROL_CONSTRUCTION=other_queries for the next one
   c=${CONTROL_CONSTRUCTION:-$c}
   for SEED in $(seeds); do
@@ -43,6 +43,10 @@ control_rows() {  # CONTROL=1: the positive control (#41; README "Positive contr
       "task.construction=$c" trainer.resume=true
     # then GRPO, stage for stage as the CPU row (format warm start, GRPO)
     RUN_NAME=rankr1/control_grpo_dl19/$c pipeline rankr1/control_grpo_dl19 smollm2-135m "task.construction=$c"
+    # then GRPO with a budget (100 steps x 4 prompts, ~60 min each): the two preregistered learning rates
+    for exp in control_grpo_budget_dl19 control_grpo_budget_lr1e-6_dl19; do
+      RUN_NAME=rankr1/$exp/$c pipeline "rankr1/$exp" smollm2-135m "task.construction=$c"
+    done
   done
 }
 
