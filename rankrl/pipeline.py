@@ -153,8 +153,13 @@ def stage_command(
         key = "init_from" if single else f"roles.{role}.init_from"
         cmd.append(f"{key}={run_folders.stage_folder(root, source)}")
     if stage.entry == "train":
-        cmd += [f"train_role={stage.role}", "trainer.resume=true"]
+        cmd += [*stage_role(stage), "trainer.resume=true"]
     return cmd
+
+
+def stage_role(stage: Stage) -> list[str]:
+    """The override naming the role a training stage trains (last on its command line, so it wins)."""
+    return [f"train_role={stage.role}"] if stage.entry == "train" else []
 
 
 def stage_inputs(stage: Stage, cfg: DictConfig) -> list[str]:
@@ -198,7 +203,7 @@ def run_pipeline(overrides: list[str]) -> Path:
     root = run_folders.run_folder(cfg.experiment_name, **identity, logs=cfg.paths.log_dir)
     inputs = {}
     for stage in stages:  # every stage's config passes its checks (a training stage trains its task) first
-        stage_cfg = compose([*stage.overrides, *overrides])
+        stage_cfg = compose([*stage.overrides, *overrides, *stage_role(stage)])
         check_config(stage_cfg, train=stage.entry == "train")
         inputs[stage.name] = stage_inputs(stage, stage_cfg)
     for i, stage in enumerate(stages, 1):

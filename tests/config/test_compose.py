@@ -227,7 +227,7 @@ def test_every_pipeline_stage_trains_what_its_task_trains(experiment: str):
     from omegaconf import OmegaConf
 
     from rankrl.config import check_config
-    from rankrl.pipeline import expand, plan
+    from rankrl.pipeline import expand, plan, stage_role
 
     cfg = compose("train", [f"experiment={experiment}"])
     roles = list(cfg.roles) if cfg.get("roles") else ["policy"]
@@ -235,5 +235,6 @@ def test_every_pipeline_stage_trains_what_its_task_trains(experiment: str):
     assert stages
     for stage in stages:
         check_config(
-            compose("train", [*stage.overrides, f"experiment={experiment}"]), train=stage.entry == "train"
+            compose("train", [*stage.overrides, f"experiment={experiment}", *stage_role(stage)]),
+            train=stage.entry == "train",
         )
