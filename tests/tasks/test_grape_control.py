@@ -48,8 +48,10 @@ def minilm():
     return DenseRetriever()
 
 
-def control(minilm, **kwargs) -> GrapeTask:
-    return GrapeTask(
+def control(minilm, task_class: type = GrapeTask, **kwargs):
+    """The control's task (the filler construction) over the toy benchmark; task_class=RawQueryTask builds
+    its reference rows."""
+    return task_class(
         filler_benchmark(),
         retriever=minilm,
         query_kind="passage",
@@ -80,14 +82,7 @@ def test_filler_queries_reach_the_prompt_and_the_raw_query_row_for_every_seed(mi
 
 def test_the_filler_hurts_the_frozen_retriever_and_deleting_it_restores_the_clean_query(minilm) -> None:
     clean = RawQueryTask(filler_benchmark(), retriever=minilm, query_kind="passage", gold="all")
-    noisy = RawQueryTask(
-        filler_benchmark(),
-        retriever=minilm,
-        query_kind="passage",
-        gold="all",
-        construction="filler",
-        filler_words=FILLER,
-    )
+    noisy = control(minilm, RawQueryTask)
     floor, ceiling = noisy.evaluate({}, "test")["metrics"], clean.evaluate({}, "test")["metrics"]
     # the noise the rewriter must remove: the relevant passages fall below the filler's passages
     assert floor["gold_rank"] > ceiling["gold_rank"] and floor["R@1"] < ceiling["R@1"]
