@@ -105,12 +105,16 @@ for m in $MODELS; do
   fi
 done
 # CONTROL=1 (CPU profile): the positive control (#41; README "Positive control"), MovieLens, ~60 min a seed on
-# one core: gold SFT on pools whose gold candidates are marked, then the F-GRPO row with a budget from a
-# format-only warm start (CONTROL_CONSTRUCTION=popularity for the next rung)
+# one core: gold SFT on pools whose gold candidates are marked (the paper's seeded fillers, then the fixed
+# first ones), then the F-GRPO row with a budget from a format-only warm start (CONTROL_CONSTRUCTION=popularity
+# for the next rung)
 control_rows() {  # control_rows <model>
-  local m=$1 c=${CONTROL_CONSTRUCTION:-marked}
+  local m=$1 c=${CONTROL_CONSTRUCTION:-marked} target
   for SEED in $(seeds); do
-    RUN_NAME=fgrpo/control_sft/$c run train fgrpo/control_sft "$m" "task.construction=$c" trainer.resume=true
+    for target in gold gold_fixed; do
+      RUN_NAME=fgrpo/control_sft/$c/$target run train fgrpo/control_sft "$m" "task.construction=$c" \
+        "task.sft_target=$target" trainer.resume=true
+    done
     RUN_NAME=fgrpo/control_grpo/$c pipeline fgrpo/control_grpo "$m" "task.construction=$c"
   done
   SEED=0

@@ -116,10 +116,30 @@ def test_the_format_warm_start_is_well_formed_and_names_no_gold() -> None:
         assert example.completion != factorized_answer(pool, [], [])
 
 
+def test_the_fixed_gold_target_leaves_only_the_gold_positions_to_learn() -> None:
+    """``sft_target=gold_fixed``: the gold items and the first non-gold candidates in list order, gold ranked
+    first, so two users whose gold sits at the same place get the same answer; the paper's seeded fillers
+    (``gold``) differ between them."""
+    task = toy_task(construction="marked", sft_target="gold_fixed", users=40)
+    seeded = toy_task(construction="marked", sft_target="gold", users=40)
+    answers, seeded_answers = {}, set()
+    for example, pool, paper in zip(task.sft_examples(), task.train_pools(), seeded.sft_examples()):
+        judged = judge_completion(example.completion, pool)
+        keys = [c.key for c in pool.candidates]  # the prompt's order; judged slates and ranks hold keys
+        others = [k for k in keys if k not in pool.gold]
+        kept = set(pool.gold) | set(others[: 10 - len(pool.gold)])
+        assert judged.status == "ok" and list(judged.slate) == [k for k in keys if k in kept]
+        assert set(judged.rank[: len(pool.gold)]) == set(pool.gold)
+        key = tuple(sorted(keys.index(g) for g in pool.gold))
+        assert answers.setdefault(key, example.completion) == example.completion
+        seeded_answers.add((key, paper.completion))
+    assert len(seeded_answers) > len(answers)  # the seeded fillers vary where the fixed ones do not
+
+
 def test_bad_control_settings_name_the_fix() -> None:
     with pytest.raises(ValueError, match="paper, marked, popularity"):
         toy_task(construction="starred")
-    with pytest.raises(ValueError, match="gold, format"):
+    with pytest.raises(ValueError, match="gold, gold_fixed, format"):
         toy_task(sft_target="random")
     with pytest.raises(ValueError, match="task.item_ids=true"):
         FGRPOTask(benchmark=toy_benchmark(), construction="marked")
