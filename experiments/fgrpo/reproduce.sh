@@ -104,18 +104,21 @@ for m in $MODELS; do
     if [[ -n $SIZES ]]; then sweep "$m" sweep_n task.slate_size n "$SIZES"; fi
   fi
 done
-# CONTROL=1 (CPU profile): the positive control (#41; README "Positive control"), MovieLens, ~60 min a seed on
-# one core: gold SFT on pools whose gold candidates are marked (the paper's seeded fillers, then the fixed
-# first ones), then the F-GRPO row with a budget from a format-only warm start (CONTROL_CONSTRUCTION=popularity
-# for the next rung)
+# CONTROL=1 (CPU profile): the positive control (#41; README "Positive control"), MovieLens, each rung's SFT
+# ~15 min and its F-GRPO pipeline ~40 min a seed on one core. Rungs (CONTROL_CONSTRUCTIONS): marked (gold SFT
+# with the paper's seeded fillers, then with fixed ones), echo (fixed fillers); each then the F-GRPO row with
+# a budget from a format-only warm start. CONTROL_CONSTRUCTIONS=popularity for the next rung
 control_rows() {  # control_rows <model>
-  local m=$1 c=${CONTROL_CONSTRUCTION:-marked} target
+  local m=$1 c target targets
   for SEED in $(seeds); do
-    for target in gold gold_fixed; do
-      RUN_NAME=fgrpo/control_sft/$c/$target run train fgrpo/control_sft "$m" "task.construction=$c" \
-        "task.sft_target=$target" trainer.resume=true
+    for c in ${CONTROL_CONSTRUCTIONS:-marked echo}; do
+      targets=gold_fixed; [[ $c == marked ]] && targets="gold gold_fixed"
+      for target in $targets; do
+        RUN_NAME=fgrpo/control_sft/$c/$target run train fgrpo/control_sft "$m" "task.construction=$c" \
+          "task.sft_target=$target" trainer.resume=true
+      done
+      RUN_NAME=fgrpo/control_grpo/$c pipeline fgrpo/control_grpo "$m" "task.construction=$c"
     done
-    RUN_NAME=fgrpo/control_grpo/$c pipeline fgrpo/control_grpo "$m" "task.construction=$c"
   done
   SEED=0
 }

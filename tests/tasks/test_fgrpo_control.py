@@ -73,6 +73,34 @@ def test_a_policy_that_copies_the_mark_scores_one_and_without_the_mark_chance() 
     assert paper["R@1"] < 1.0  # the same rule has nothing to copy on the paper's pools
 
 
+def context_lines(messages) -> list[str]:
+    """The context lines the prompt shows above its candidates (the history, most recent last)."""
+    return messages[1]["content"].split("\n\nCandidate ", 1)[0].split("\n")[1:]
+
+
+def test_echo_pools_end_the_context_with_the_gold_text_and_a_copier_scores_one() -> None:
+    paper, echo = toy_task(), toy_task(construction="echo")
+    for a, b in zip(paper.pools("train"), echo.pools("train")):
+        assert b.candidates == a.candidates and b.gold == a.gold
+        assert b.context == (*a.context, *(c.text for c in a.candidates if c.key in a.gold))
+
+    def generate(prompts):  # the candidates whose text is the context's last line first, then the rest
+        out = []
+        for messages in prompts:
+            lines, last = shown_lines(messages), context_lines(messages)[-1]
+            order = sorted(lines, key=lambda label: lines[label] != last)
+            out.append(
+                Generation(
+                    f"<SLATE>{' '.join(order[:10])}</SLATE>\n<RANK>{' '.join(order[:5])}</RANK>", 10, 5
+                )
+            )
+        return out
+
+    echoed = toy_task(construction="echo").evaluate({"policy": generate}, "test")["metrics"]
+    assert echoed["R@1"] == echoed["slate_recall"] == 1.0 and echoed["format_error_rate"] == 0
+    assert toy_task().evaluate({"policy": generate}, "test")["metrics"]["R@1"] < 1.0  # nothing echoed
+
+
 @pytest.fixture(scope="module")
 def movielens_popularity():
     data = require_data("movielens-100k")
@@ -137,7 +165,7 @@ def test_the_fixed_gold_target_leaves_only_the_gold_positions_to_learn() -> None
 
 
 def test_bad_control_settings_name_the_fix() -> None:
-    with pytest.raises(ValueError, match="paper, marked, popularity"):
+    with pytest.raises(ValueError, match="paper, marked, echo, popularity"):
         toy_task(construction="starred")
     with pytest.raises(ValueError, match="gold, gold_fixed, format"):
         toy_task(sft_target="random")
