@@ -119,6 +119,10 @@ control_rows() {  # control_rows <model>
       done
       RUN_NAME=fgrpo/control_grpo/$c pipeline fgrpo/control_grpo "$m" "task.construction=$c"
     done
+    # the echo rung's supervision over all 943 training users, one epoch (~50 min on one core)
+    RUN_NAME=fgrpo/control_sft/echo/gold_fixed_all_users run train fgrpo/control_sft "$m" task.construction=echo \
+      task.sft_target=gold_fixed task.train_queries=null trainer.epochs=1 \
+      experiment_name=fgrpo/control_sft/echo/gold_fixed_all_users trainer.resume=true
   done
   SEED=0
 }
