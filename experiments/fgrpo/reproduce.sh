@@ -123,6 +123,10 @@ control_rows() {  # control_rows <model>
     RUN_NAME=fgrpo/control_sft/echo/gold_fixed_all_users run train fgrpo/control_sft "$m" task.construction=echo \
       task.sft_target=gold_fixed task.train_queries=null trainer.epochs=1 \
       experiment_name=fgrpo/control_sft/echo/gold_fixed_all_users trainer.resume=true
+    # ... and over pools of 5 candidates (Rank-R1's size)
+    RUN_NAME=fgrpo/control_sft/echo/gold_fixed_pool5 run train fgrpo/control_sft "$m" task.construction=echo \
+      task.sft_target=gold_fixed task.num_candidates=5 experiment_name=fgrpo/control_sft/echo/gold_fixed_pool5 \
+      trainer.resume=true
   done
   SEED=0
 }

@@ -182,11 +182,17 @@ def recsys_pool(
     max_history: int | None = None,
     text_chars: int | None = None,
     id_style: str = "numbers",
+    size: int | None = None,
 ) -> Pool:
     """A user's pool: the history (most recent ``max_history`` items) and the loader's 20 candidates in the
-    loader's seeded order; items are written by name, or by abstract ids when ``item_ids``."""
+    loader's seeded order; items are written by name, or by abstract ids when ``item_ids``. ``size`` below 20
+    keeps the gold items and the first non-gold ones, in that order (a positive control's smaller pool)."""
     history = list(query.extra["history"])[-max_history:] if max_history else list(query.extra["history"])
     keys = list(query.extra["candidates"])
+    if size is not None and size < len(keys):
+        gold = bench.qrels[query.qid]
+        kept = set([k for k in keys if k not in gold][: max(0, size - len(gold))]) | set(gold)
+        keys = [k for k in keys if k in kept]
     names = [_cut(bench.corpus[k].title or bench.corpus[k].text, text_chars) for k in keys]
     labels = abstract_ids(len(keys), id_style) if item_ids else _unique_labels(names)
     candidates = tuple(Candidate(k, label, name) for k, label, name in zip(keys, labels, names))
@@ -653,7 +659,8 @@ class FGRPOSettings:
             (None: whole; CPU scale).
         train_queries / eval_queries: the first N queries of the train / evaluation split (None: all).
         probe_queries: dev queries that ``monitor`` generates for (the training curves' held-out probe).
-        num_candidates: the pool size every query must have.
+        num_candidates: the pool size every query must have; below the loader's 20 (recommendation only), each
+            pool keeps its gold items and its first non-gold candidates (a positive control's smaller pool).
         sft_target: ``gold`` (the paper's factorized SFT: gold items in the slate, ranked first),
             ``gold_fixed`` (the same, its fillers the first non-gold candidates instead of seeded ones: a
             positive control's supervision) or ``format`` (``format_slate_and_rank``: well formed, no gold;
@@ -732,8 +739,11 @@ class FGRPOSettings:
             if bench.name in QA_BENCHMARKS:
                 pools = [qa_pool(bench, q, self.seed, self.passage_chars, self.id_style) for q in queries]
             else:
+                size = self.num_candidates if self.num_candidates < 20 else None  # a control's smaller pool
                 pools = [
-                    recsys_pool(bench, q, self.item_ids, self.max_history, self.name_chars, self.id_style)
+                    recsys_pool(
+                        bench, q, self.item_ids, self.max_history, self.name_chars, self.id_style, size
+                    )
                     for q in queries
                 ]
             counts = bench.runs.get("popularity", {}) if self.construction == "popularity" else {}

@@ -173,3 +173,14 @@ def test_bad_control_settings_name_the_fix() -> None:
         FGRPOTask(benchmark=toy_benchmark(), construction="marked")
     with pytest.raises(ValueError, match="recommendation benchmark"):
         FGRPOTask(benchmark="hotpotqa", construction="popularity")
+
+
+def test_a_smaller_pool_keeps_the_gold_and_the_first_others_in_order() -> None:
+    """``num_candidates=5`` (the echo control's Rank-R1-sized pool): the gold item and the first 4 non-gold
+    candidates of the loader's order, labelled a..e afresh; the full pools are unchanged."""
+    full, small = toy_task(id_style="letters"), toy_task(id_style="letters", num_candidates=5)
+    for a, b in zip(full.pools("train"), small.pools("train")):
+        keys = [c.key for c in a.candidates]
+        kept = set([k for k in keys if k not in a.gold][:4]) | set(a.gold)
+        assert [c.key for c in b.candidates] == [k for k in keys if k in kept]
+        assert [c.label for c in b.candidates] == list("abcde") and b.gold == a.gold
