@@ -127,6 +127,8 @@ control_rows() {  # control_rows <model>
     RUN_NAME=fgrpo/control_sft/echo/gold_fixed_pool5 run train fgrpo/control_sft "$m" task.construction=echo \
       task.sft_target=gold_fixed task.num_candidates=5 experiment_name=fgrpo/control_sft/echo/gold_fixed_pool5 \
       trainer.resume=true
+    RUN_NAME=fgrpo/control_grpo/echo_pool5 pipeline fgrpo/control_grpo "$m" task.construction=echo \
+      task.num_candidates=5 experiment_name=fgrpo/control_grpo/echo_pool5
   done
   SEED=0
 }
