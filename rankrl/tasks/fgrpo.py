@@ -179,8 +179,9 @@ def smaller_pool(keys: Sequence[str], gold: Iterable[str], size: int, uid: str) 
     """The first ``size - len(gold)`` non-gold candidates of ``keys``, the gold items put back at places drawn
     by a generator keyed on ``uid``, so where the gold sits says nothing (kept in the loader's order, the gold
     came last for most users: it follows the first others in 15 of 20 places)."""
-    gold = [k for k in keys if k in set(gold)]
-    out = [k for k in keys if k not in gold][: max(0, size - len(gold))]
+    wanted = set(gold)
+    gold = [k for k in keys if k in wanted]
+    out = [k for k in keys if k not in wanted][: max(0, size - len(gold))]
     rng = keyed_rng(0, f"smaller-pool:{uid}")
     for k in gold:
         out.insert(rng.randrange(len(out) + 1), k)
@@ -749,10 +750,15 @@ class FGRPOSettings:
             if bench.name in QA_BENCHMARKS:
                 pools = [qa_pool(bench, q, self.seed, self.passage_chars, self.id_style) for q in queries]
             else:
-                size = self.num_candidates if self.num_candidates < 20 else None  # a control's smaller pool
-                pools = [
+                pools = [  # num_candidates below the loader's 20: a control's smaller pool (recsys_pool)
                     recsys_pool(
-                        bench, q, self.item_ids, self.max_history, self.name_chars, self.id_style, size
+                        bench,
+                        q,
+                        self.item_ids,
+                        self.max_history,
+                        self.name_chars,
+                        self.id_style,
+                        self.num_candidates,
                     )
                     for q in queries
                 ]

@@ -34,14 +34,20 @@ def shown_lines(messages) -> dict[str, str]:
     return dict(LINE.findall(messages[1]["content"].split("\nCandidate ", 1)[1]))
 
 
+def context_lines(messages) -> list[str]:
+    """The context lines the prompt shows above its candidates (the history, most recent last)."""
+    return messages[1]["content"].split("\n\nCandidate ", 1)[0].split("\n")[1:]
+
+
 def copier(pick):
-    """A policy that reads only the prompt: ``pick(lines)`` orders the labels, best first; it answers with
-    the first 10 as the slate and their first 5 as the rank."""
+    """A policy that reads only the prompt: ``pick(lines, context)`` orders the labels, best first (``lines``:
+    label -> shown text; ``context``: the context lines); it answers with the first 10 as the slate and their
+    first 5 as the rank."""
 
     def generate(prompts):
         out = []
         for messages in prompts:
-            order = pick(shown_lines(messages))
+            order = pick(shown_lines(messages), context_lines(messages))
             text = f"<SLATE>{' '.join(order[:10])}</SLATE>\n<RANK>{' '.join(order[:5])}</RANK>"
             out.append(Generation(text, 10, 5))
         return out
@@ -62,7 +68,7 @@ def test_marked_pools_mark_exactly_the_gold_and_keep_keys_labels_and_gold() -> N
 
 
 def test_a_policy_that_copies_the_mark_scores_one_and_without_the_mark_chance() -> None:
-    def marked_first(lines):
+    def marked_first(lines, context):
         return sorted(lines, key=lambda label: not lines[label].endswith(MARK))
 
     marked = toy_task(construction="marked").evaluate({"policy": copier(marked_first)}, "test")["metrics"]
@@ -73,32 +79,19 @@ def test_a_policy_that_copies_the_mark_scores_one_and_without_the_mark_chance() 
     assert paper["R@1"] < 1.0  # the same rule has nothing to copy on the paper's pools
 
 
-def context_lines(messages) -> list[str]:
-    """The context lines the prompt shows above its candidates (the history, most recent last)."""
-    return messages[1]["content"].split("\n\nCandidate ", 1)[0].split("\n")[1:]
-
-
 def test_echo_pools_end_the_context_with_the_gold_text_and_a_copier_scores_one() -> None:
     paper, echo = toy_task(), toy_task(construction="echo")
     for a, b in zip(paper.pools("train"), echo.pools("train")):
         assert b.candidates == a.candidates and b.gold == a.gold
         assert b.context == (*a.context, *(c.text for c in a.candidates if c.key in a.gold))
 
-    def generate(prompts):  # the candidates whose text is the context's last line first, then the rest
-        out = []
-        for messages in prompts:
-            lines, last = shown_lines(messages), context_lines(messages)[-1]
-            order = sorted(lines, key=lambda label: lines[label] != last)
-            out.append(
-                Generation(
-                    f"<SLATE>{' '.join(order[:10])}</SLATE>\n<RANK>{' '.join(order[:5])}</RANK>", 10, 5
-                )
-            )
-        return out
+    def echoed_first(lines, context):  # the candidate whose text is the context's last line, then the rest
+        return sorted(lines, key=lambda label: lines[label] != context[-1])
 
-    echoed = toy_task(construction="echo").evaluate({"policy": generate}, "test")["metrics"]
+    echoed = toy_task(construction="echo").evaluate({"policy": copier(echoed_first)}, "test")["metrics"]
     assert echoed["R@1"] == echoed["slate_recall"] == 1.0 and echoed["format_error_rate"] == 0
-    assert toy_task().evaluate({"policy": generate}, "test")["metrics"]["R@1"] < 1.0  # nothing echoed
+    nothing = toy_task().evaluate({"policy": copier(echoed_first)}, "test")["metrics"]
+    assert nothing["R@1"] < 1.0  # nothing echoed
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +110,9 @@ def test_popularity_pools_show_the_counts_the_most_popular_row_ranks_by(movielen
         for c in p.candidates:
             assert lines[c.label].endswith(f"({int(counts[p.uid][c.key])} users)")
 
-    def most_users_first(lines):  # stable: ties keep the prompt's order, as the most-popular row's sort does
+    def most_users_first(
+        lines, context
+    ):  # stable: ties keep the prompt's order, as the most-popular row's sort does
         return sorted(lines, key=lambda label: -int(re.search(r"\((\d+) users\)$", lines[label]).group(1)))
 
     copied = task.evaluate({"policy": copier(most_users_first)}, "test", limit=100)["metrics"]
