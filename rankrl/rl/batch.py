@@ -196,7 +196,9 @@ def token_logprobs(
     """Log-prob of each completion token under ``model``: (N, T), 0 where ``response_mask`` is 0.
 
     Logits are divided by the sampling temperature, as the sampler's were, so ratios compare like with like.
+    The batch moves to the model's device once, for the forward and for the gather of its tokens and mask.
     """
+    batch = batch.to(model_device(model))
     return gather_logprobs(completion_logits(model, batch, shared_prefix), batch, temperature)
 
 

@@ -9,13 +9,14 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
 import torch
 
 from rankrl.rl import steps as steps_module
-from rankrl.rl.batch import to_policy_batch
+from rankrl.rl.batch import to_policy_batch, token_logprobs
 from rankrl.rl.checkpoint import latest_checkpoint
 from rankrl.rl.config import TrainerConfig
 from rankrl.rl.steps import NonFiniteLossError
@@ -277,6 +278,34 @@ def test_a_batch_padded_on_the_cpu_moves_whole_to_the_policys_device(model_dir):
     moved = batch.to(model_device(policy.to("meta")))
     tensors = (moved.input_ids, moved.attention_mask, moved.response_mask, moved.sampler_logprobs)
     assert all(t.device.type == "meta" for t in tensors) and moved.prompt_len == batch.prompt_len
+
+
+class OnMeta(torch.nn.Module):
+    """A causal LM's forward on the meta device (logits of the right shape there): the meta device stands in
+    for CUDA, since an op mixing a meta and a CPU tensor raises as one mixing CUDA and CPU does. (A
+    transformers model cannot run on meta: its mask code reads values.)"""
+
+    def __init__(self, vocab: int) -> None:
+        super().__init__()
+        self.vocab = vocab
+        self.weight = torch.nn.Parameter(torch.zeros(1, device="meta"))
+
+    def forward(self, input_ids, attention_mask, position_ids, logits_to_keep, **_):
+        assert {t.device.type for t in (input_ids, attention_mask, position_ids)} == {"meta"}
+        rows = input_ids.shape[0]
+        return types.SimpleNamespace(logits=torch.zeros(rows, logits_to_keep, self.vocab, device="meta"))
+
+
+def test_token_logprobs_of_a_batch_padded_on_the_cpu_compute_on_the_policys_device(model_dir):
+    """The GPU check found it on an H100: the forward moved the batch to the policy's device but the gather
+    read the completion tokens and the mask from the CPU batch ('index is on cpu, different from other
+    tensors on cuda:0'), so an SFT or log-prob call with a batch padded on the CPU stopped."""
+    from rankrl.models import load_policy
+
+    policy, tok = load_policy(str(model_dir / "tiny"))
+    batch = to_policy_batch(HFEngine(policy, tok).generate([[{"role": "user", "content": "Hi"}]], 2, FAST), 0)
+    logps = token_logprobs(OnMeta(policy.config.vocab_size), batch)
+    assert logps.device.type == "meta" and tuple(logps.shape) == tuple(batch.response_mask.shape)
 
 
 def test_fresh_start_keeps_an_earlier_runs_checkpoints_aside(tmp_path, model_dir):
