@@ -17,7 +17,9 @@ needs hydra-core and omegaconf, which ``make gpu-wheels`` brings as wheels. Its 
 - ``lora``: an update moves the adapter alone, and merging it for a weight push and unmerging it restores
   the weights;
 - ``grpo-resume``: 2 GRPO steps of ``python -m rankrl.train`` with a checkpoint, then a resume that continues
-  at step 2 (the run folder's log has steps 1, 2, 3).
+  at step 2 (the run folder's log has steps 1, 2, 3);
+- ``grpo-kl``: 2 GRPO steps with the KL term (beta 0.04) for a LoRA policy and a fully fine-tuned one,
+  sampled at temperature 0.9 and top-k 50: both finish, the KL finite and positive once the policy has moved.
 
 Part ``vllm`` (a GPU machine's own venv with CUDA vLLM, ``make install-gpu``): vLLM's sampling log-probs
 against the trainer's; a weight push moves them onto the new weights; two roles' engines in one process,
@@ -355,6 +357,47 @@ def check_grpo_resume(folder: Path, root: Path) -> list[Check]:
     ]
 
 
+# The paper profiles' GRPO settings that the resume run leaves at their defaults: the KL term against a
+# reference model, which is the LoRA policy with its adapters off or a frozen bfloat16 copy of a fully
+# fine-tuned one (each must sit on the policy's device), and sampling at temperature 0.9 under top-k 50.
+KL_VARIANTS = {
+    "lora": ["model.lora={r: 8, alpha: 16, target_modules: [q_proj, v_proj]}"],
+    "full fine-tuning": [],
+}
+
+
+def check_grpo_kl(folder: Path, root: Path) -> list[Check]:
+    """4 GRPO steps with beta 0.04 for each reference kind: both finish, the KL is finite at every step,
+    and it is positive at the last step once an earlier step has updated the policy (lr 1e-3, so a LoRA
+    update shows through bfloat16; a step whose groups all tie has no gradient and moves nothing)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    knobs = ["trainer.beta=0.04", "trainer.lr=1e-3", "trainer.max_steps=4", "trainer.save_every=0"]
+    knobs += ["trainer.sampling.temperature=0.9", "trainer.sampling.top_k=50"]
+    out = []
+    for kind, overrides in KL_VARIANTS.items():
+        run = root / f"grpo-kl-{kind.replace(' ', '-')}"
+        done = subprocess.run(
+            _train_cmd(folder, run, *knobs, *overrides), capture_output=True, text=True, env=env
+        )
+        name = f"grpo-kl {kind}"
+        if done.returncode != 0:
+            said = done.stderr.strip().splitlines() or ["no output"]
+            out.append(Check(name, False, said[-1], "\n".join(said[-DETAIL_LINES:])))
+            continue
+        rows = [json.loads(line) for line in (run / TRAIN_LOG_FILE).read_text().splitlines()]
+        kls = [row.get("kl", float("nan")) for row in rows]
+        finite = len(kls) == 4 and all(abs(kl) < float("inf") for kl in kls)  # nan fails the comparison
+        moved = any(row.get("grad_norm", 0.0) > 0 for row in rows[:-1])
+        out.append(
+            Check(
+                name,
+                finite and moved and kls[-1] > 0,
+                f"kl per step {[f'{kl:.3g}' for kl in kls]}, updated before the last: {moved}",
+            )
+        )
+    return out
+
+
 def guarded(name: str, checks: Callable[[], list[Check]]) -> list[Check]:
     """A check group's lines, or one FAIL line with the error if it raises: on a lent GPU one call must report
     every group, so a crash in one (an exception CUDA alone raises) must not hide the groups after it."""
@@ -375,6 +418,7 @@ def trainer_checks(device: str, root: Path) -> Iterator[Check]:
     yield from guarded("fsdp2", lambda: check_fsdp2(tiny_model_folder("qwen3", root), device))
     yield from guarded("lora", lambda: check_lora(tiny_model_folder("qwen2", root), device))
     yield from guarded("grpo-resume", lambda: check_grpo_resume(tiny_model_folder("qwen3", root), root))
+    yield from guarded("grpo-kl", lambda: check_grpo_kl(tiny_model_folder("qwen2", root), root))
 
 
 # ---------------------------------------------------------------------------------------------- vLLM
