@@ -545,9 +545,16 @@ def _mapping_vars(value: Any) -> Any:
     return found if isinstance(found, Mapping) else {}
 
 
+def rng_devices() -> list[int]:
+    """The CUDA devices whose RNG a vLLM start must leave as it was: every visible one. vLLM's GPU worker
+    seeds torch's CUDA RNG with the engine's seed (0) as it starts; with only the CPU RNG forked, every seed
+    of a run would draw the same CUDA randomness (LoRA dropout's masks) from there on."""
+    return list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+
+
 def _start_llm(**kwargs: Any) -> Any:
-    """``vllm.LLM(**kwargs)``, leaving the trainer's state as it was: vLLM seeds the global RNGs while it
-    starts, and on CPU drops torch to one thread unless OMP_NUM_THREADS says otherwise.
+    """``vllm.LLM(**kwargs)``, leaving the trainer's state as it was: vLLM seeds the global RNGs (CPU and
+    CUDA) while it starts, and on CPU drops torch to one thread unless OMP_NUM_THREADS says otherwise.
 
     Each worker start rebinds Triton kernels by scanning every attribute of every loaded module with
     ``vars(value).get("kernel")``. llvmlite's lazy library object (numba's, loaded by bm25s or vLLM itself)
@@ -566,7 +573,7 @@ def _start_llm(**kwargs: Any) -> Any:
     os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
     py_state, np_state = random.getstate(), np.random.get_state()
     try:
-        with torch.random.fork_rng(devices=[]), _external_launcher_env():
+        with torch.random.fork_rng(devices=rng_devices()), _external_launcher_env():
             return LLM(**kwargs)
     except ValueError as err:
         if "memory" in str(err).lower():

@@ -16,6 +16,7 @@ import os
 import pkgutil
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -435,3 +436,25 @@ def test_rl_and_rollout_modules_never_import_vllm(tmp_path):
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{REPO}"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-2000:]
+
+
+def test_a_vllm_start_forks_the_rng_of_every_visible_gpu(monkeypatch):
+    """vLLM's GPU worker seeds torch's CUDA RNG with the engine's seed (0) as it starts: the start forks the
+    RNG of every visible GPU, not only the CPU's, or every seed of a run would draw the same LoRA dropout
+    masks. No GPU here: two are announced, and vLLM's LLM is replaced by a recorder of what was forked."""
+    import vllm
+
+    forked = []
+
+    @contextmanager
+    def recording_fork(devices=None, **kwargs):
+        forked.append(list(devices))
+        yield
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.random, "fork_rng", recording_fork)
+    monkeypatch.setattr(vllm, "LLM", lambda **kwargs: "engine")
+    assert rv._start_llm() == "engine" and forked == [[0, 1]]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert rv._start_llm() == "engine" and forked[-1] == []
