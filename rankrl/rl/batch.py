@@ -105,11 +105,12 @@ def completion_logits(
     model: torch.nn.Module, batch: PolicyBatch, shared_prefix: bool = False
 ) -> torch.Tensor:
     """(N, T, V) logits that predict the completion tokens (columns P-1 .. P+T-2 of the sequence); with
-    ``shared_prefix`` each distinct prompt is computed once (``shared_prefix_logits``). The forward runs in
+    ``shared_prefix`` each distinct prompt is computed once (``shared_prefix_logits``) where the model's cache
+    allows it (``prefix_cache_selectable``), else every row whole. The forward runs in
     the model's compute dtype (``rankrl.precision``: autocast over float32 master weights)."""
     batch = batch.to(model_device(model))
     with compute_precision(model):
-        if shared_prefix:
+        if shared_prefix and prefix_cache_selectable(model):
             return shared_prefix_logits(model, batch)
         position_ids = mask_positions(batch.attention_mask)
         return model(
@@ -118,6 +119,19 @@ def completion_logits(
             position_ids=position_ids,
             logits_to_keep=batch.response_mask.shape[1] + 1,
         ).logits[:, :-1, :]
+
+
+ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+def prefix_cache_selectable(model: torch.nn.Module) -> bool:
+    """Whether a prompt's cache can be indexed out to its rows (``shared_prefix_logits``): transformers' key
+    and value layers can (``batch_select_indices``); a hybrid model's linear-attention layers (Qwen3.5's gated
+    delta net, a recurrent state) cannot, and raised AttributeError in the first update, so those models
+    compute every row whole."""
+    config = _transformers_model(model).config
+    layer_types = getattr(config.get_text_config(), "layer_types", None) or ()
+    return all(kind in ATTENTION_LAYER_TYPES for kind in layer_types)
 
 
 def prompt_groups(batch: PolicyBatch) -> tuple[torch.Tensor, torch.Tensor]:

@@ -14,6 +14,7 @@ a new one is a class here, an entry there and a YAML file, with no change to the
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from rankrl.rl.batch import (
     completion_logits,
     gather_logprobs,
     model_device,
+    prefix_cache_selectable,
     sampled_distribution_logprobs,
     to_policy_batch,
     token_logprobs,
@@ -38,6 +40,8 @@ from rankrl.rl.spans import SpanBatch, span_advantages, span_masks, span_weights
 from rankrl.rl.task import SFTExample, Span, TrainTask
 from rankrl.rollout.base import RolloutEngine, Rollouts
 from rankrl.rollout.hf import render_prompts
+
+log = logging.getLogger(__name__)
 
 Metrics = dict[str, Any]
 OptimizerStep = Callable[[], float]
@@ -100,6 +104,11 @@ class GRPOStep:
         self.examples = task.train_examples()
         self.num_examples, self.examples_per_step = len(self.examples), cfg.prompts_per_step
         self.advantage_fn = get_advantage_fn(cfg.advantage)
+        if cfg.shared_prefix and not prefix_cache_selectable(policy):
+            log.info(
+                "trainer.shared_prefix: this model's linear-attention layers keep no cache to share, so "
+                "every row computes its prompt (same log-probs, more memory and time)"
+            )
 
     def weights_changed(self) -> None:
         self.engine.sync_weights(self.policy)

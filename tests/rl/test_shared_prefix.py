@@ -10,7 +10,13 @@ import pytest
 import torch
 
 from rankrl.models import apply_lora, load_policy
-from rankrl.rl.batch import PolicyBatch, prompt_groups, to_policy_batch, token_logprobs
+from rankrl.rl.batch import (
+    PolicyBatch,
+    prefix_cache_selectable,
+    prompt_groups,
+    to_policy_batch,
+    token_logprobs,
+)
 from rankrl.rl.config import TrainerConfig
 from rankrl.rl.spans import SpanBatch
 from rankrl.rl.steps import backward_batch
@@ -182,3 +188,25 @@ def test_prompt_groups_are_consecutive_equal_prompts():
     firsts, index = prompt_groups(batch)
     # rows 0-1 share a prompt; row 3 has row 0's ids but a real token where row 0 has padding
     assert firsts.tolist() == [0, 2, 3] and index.tolist() == [0, 0, 1, 2]
+
+
+def test_a_hybrid_model_with_linear_attention_computes_every_row_whole(model_dir):
+    """Qwen3.5 (F-GRPO's second paper model) mixes gated-delta-net layers, whose recurrent state transformers'
+    cache cannot index out to rows, into its attention: the shared forward raised AttributeError
+    ('LinearAttentionLayer' object has no attribute 'batch_select_indices') in the first update. Such a
+    model computes every row whole, with the same log-probs; attention-only models still share."""
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    config = Qwen3_5TextConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, linear_num_key_heads=2, linear_num_value_heads=2,
+        linear_key_head_dim=16, linear_value_head_dim=16,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    hybrid = Qwen3_5ForCausalLM(config).eval()
+    assert "linear_attention" in config.layer_types and not prefix_cache_selectable(hybrid)
+    batch = rollout_batch(2, 0, config.vocab_size)
+    shared, whole = (token_logprobs(hybrid, batch, shared_prefix=s) for s in (True, False))
+    assert torch.equal(shared, whole)
+    tiny, _ = load_policy(str(model_dir / "tiny"), dtype="float32", device="cpu")
+    assert prefix_cache_selectable(tiny) and prefix_cache_selectable(apply_lora(tiny, {"r": 2, "alpha": 4}))
