@@ -94,7 +94,10 @@ def set_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        # one state per GPU the saving process saw; a resume that sees fewer restores those it has
+        # (set_rng_state_all would stop at the first missing one: 'invalid device ordinal')
+        for device, cuda_state in enumerate(state["cuda"][: torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(cuda_state, device)
 
 
 def save_checkpoint(
@@ -150,7 +153,11 @@ def load_checkpoint(ckpt: Path, policy: torch.nn.Module, optimizer: torch.optim.
     else:
         load_policy_weights(policy, ckpt / "policy")
         if (ckpt / OPTIMIZER_FILE).exists():
-            optimizer.load_state_dict(torch.load(ckpt / OPTIMIZER_FILE, weights_only=False))
+            # read onto the CPU: saved from cuda:0, every rank would first put a whole copy there;
+            # load_state_dict moves each state to its parameter's device
+            optimizer.load_state_dict(
+                torch.load(ckpt / OPTIMIZER_FILE, map_location="cpu", weights_only=False)
+            )
         elif "optimizer" in state:  # written before the optimizer state had its own file
             optimizer.load_state_dict(state["optimizer"])
         else:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -208,3 +210,33 @@ def test_finishing_is_safe_at_its_one_non_atomic_point(root):
 
 def test_finishing_without_checkpoints_does_nothing(tmp_path):
     assert finish_checkpoints(tmp_path / "checkpoints") is None
+
+
+def test_a_resume_that_sees_fewer_gpus_restores_the_rng_of_those_it_has(monkeypatch):
+    """A checkpoint holds one CUDA RNG state per GPU its process saw; torch.cuda.set_rng_state_all stopped
+    a resume that sees fewer ('invalid device ordinal'). No GPU here: one is announced, the state has two."""
+    import rankrl.rl.checkpoint as checkpoint
+
+    restored = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device: restored.append(device))
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", lambda states: restored.extend(range(len(states))))
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    checkpoint.set_rng_state({**state, "cuda": [torch.get_rng_state(), torch.get_rng_state()]})
+    assert restored == [0]
+
+
+def test_the_optimizer_state_is_read_onto_the_cpu(saved, root, monkeypatch):
+    """Saved from cuda:0, an optimizer state read without map_location lands on cuda:0 in every rank before
+    load_state_dict moves it to the rank's own GPU: a whole copy per rank on the first GPU."""
+    import rankrl.rl.checkpoint as checkpoint
+
+    policy, optimizer, _, _ = saved
+    reads = []
+    real = torch.load
+    monkeypatch.setattr(
+        checkpoint.torch, "load", lambda f, **kw: reads.append((Path(f).name, kw)) or real(f, **kw)
+    )
+    load_checkpoint(latest_checkpoint(root), policy, optimizer)
+    assert [kw.get("map_location") for name, kw in reads if name == OPTIMIZER_FILE] == ["cpu"], reads
