@@ -107,7 +107,8 @@ done
 # CONTROL=1 (CPU profile): the positive control (#41; README "Positive control"), MovieLens, each rung's SFT
 # ~15 min and its F-GRPO pipeline ~40 min a seed on one core. Rungs (CONTROL_CONSTRUCTIONS): marked (gold SFT
 # with the paper's seeded fillers, then with fixed ones), echo (fixed fillers); each then the F-GRPO row with
-# a budget from a format-only warm start. CONTROL_CONSTRUCTIONS=popularity for the next rung
+# a budget from a format-only warm start; then hint's supervision. CONTROL_CONSTRUCTIONS=popularity for
+# another rung
 control_rows() {  # control_rows <model>
   local m=$1 c target targets
   for SEED in $(seeds); do
@@ -129,6 +130,9 @@ control_rows() {  # control_rows <model>
       trainer.resume=true
     RUN_NAME=fgrpo/control_grpo/echo_pool5 pipeline fgrpo/control_grpo "$m" task.construction=echo \
       task.num_candidates=5 experiment_name=fgrpo/control_grpo/echo_pool5
+    # the hint rung, the floor: the history's last line names the gold's id; supervision first (~15 min)
+    RUN_NAME=fgrpo/control_sft/hint/gold_fixed run train fgrpo/control_sft "$m" task.construction=hint \
+      task.sft_target=gold_fixed trainer.resume=true
   done
   SEED=0
 }

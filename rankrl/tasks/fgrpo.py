@@ -228,10 +228,13 @@ def qa_pool(
 # ``marked`` appends MARK to every gold candidate's shown text (copy a visible mark: SmolLM2-135M did not
 # learn to read it from 256-640 supervised prompts); ``echo`` adds every gold candidate's shown text to the
 # end of the context (the history's most recent item: the gold is the candidate that repeats a context
-# line, the text match Rank-R1's and CoGR's controls learned); ``popularity`` appends each candidate's number
+# line, the text match Rank-R1's and CoGR's controls learned); ``hint`` adds a context line that names
+# every gold candidate's id (``HINT`` + id: the answer copied from a fixed place, one hop where ``marked``
+# and ``echo`` take two, find the line, then read its id); ``popularity`` appends each candidate's number
 # of training interactions (the signal the most-popular row ranks by, shown; recommendation benchmarks only).
-CONSTRUCTIONS = ("paper", "marked", "echo", "popularity")
+CONSTRUCTIONS = ("paper", "marked", "echo", "hint", "popularity")
 MARK = "(*)"
+HINT = "Next: "
 
 
 def shown_pool(pool: Pool, construction: str, counts: Mapping[str, float] | None = None) -> Pool:
@@ -247,10 +250,11 @@ def shown_pool(pool: Pool, construction: str, counts: Mapping[str, float] | None
             return f"{c.text} {MARK}" if c.key in pool.gold else c.text
         return f"{c.text} ({int(counts.get(c.key, 0))} users)"
 
-    if construction == "echo":
-        echoed = tuple(c.text for c in pool.candidates if c.key in pool.gold)
+    if construction in ("echo", "hint"):
+        gold = [c for c in pool.candidates if c.key in pool.gold]
+        added = tuple(c.text if construction == "echo" else f"{HINT}{c.label}" for c in gold)
         return Pool(
-            pool.uid, pool.benchmark, (*pool.context, *echoed), pool.candidates, pool.gold, pool.show_labels
+            pool.uid, pool.benchmark, (*pool.context, *added), pool.candidates, pool.gold, pool.show_labels
         )
     candidates = tuple(Candidate(c.key, c.label, text(c)) for c in pool.candidates)
     return Pool(pool.uid, pool.benchmark, pool.context, candidates, pool.gold, pool.show_labels)
@@ -678,7 +682,8 @@ class FGRPOSettings:
             a positive control's warm start).
         construction: ``paper`` (the benchmark's pools as they are) or a positive control of #41, not the
             paper's task (``shown_pool``): ``marked`` (gold candidates carry ``MARK``), ``echo`` (the
-            context ends with the gold candidates' text) or ``popularity`` (each candidate shows its
+            context ends with the gold candidates' text), ``hint`` (the context ends with a line naming the
+            gold candidates' ids) or ``popularity`` (each candidate shows its
             training interactions). Controls need abstract ids (``item_ids``),
             where the shown text is apart from the label the answer writes.
         seed: the QA id shuffle and the SFT fillers.

@@ -11,6 +11,7 @@ import pytest
 
 from rankrl.rollout.base import Generation
 from rankrl.tasks.fgrpo import (
+    HINT,
     MARK,
     FGRPOTask,
     PopularityTask,
@@ -94,6 +95,22 @@ def test_echo_pools_end_the_context_with_the_gold_text_and_a_copier_scores_one()
     assert nothing["R@1"] < 1.0  # nothing echoed
 
 
+def test_hint_pools_end_the_context_with_the_gold_id_and_a_copier_scores_one() -> None:
+    """The floor rung: the answer's id stated in a fixed place (the context's last line), one hop to copy."""
+    paper, hint = toy_task(), toy_task(construction="hint")
+    for a, b in zip(paper.pools("train"), hint.pools("train")):
+        assert b.candidates == a.candidates and b.gold == a.gold
+        assert b.context == (*a.context, *(f"{HINT}{c.label}" for c in a.candidates if c.key in a.gold))
+
+    def hinted_first(lines, context):  # the label the context's last line names, then the rest
+        return sorted(lines, key=lambda label: context[-1] != f"{HINT}{label}")
+
+    hinted = toy_task(construction="hint").evaluate({"policy": copier(hinted_first)}, "test")["metrics"]
+    assert hinted["R@1"] == hinted["slate_recall"] == 1.0 and hinted["format_error_rate"] == 0
+    nothing = toy_task().evaluate({"policy": copier(hinted_first)}, "test")["metrics"]
+    assert nothing["R@1"] < 1.0  # no hint
+
+
 @pytest.fixture(scope="module")
 def movielens_popularity():
     data = require_data("movielens-100k")
@@ -160,7 +177,7 @@ def test_the_fixed_gold_target_leaves_only_the_gold_positions_to_learn() -> None
 
 
 def test_bad_control_settings_name_the_fix() -> None:
-    with pytest.raises(ValueError, match="paper, marked, echo, popularity"):
+    with pytest.raises(ValueError, match="paper, marked, echo, hint, popularity"):
         toy_task(construction="starred")
     with pytest.raises(ValueError, match="gold, gold_fixed, format"):
         toy_task(sft_target="random")
