@@ -18,6 +18,8 @@ needs hydra-core and omegaconf, which ``make gpu-wheels`` brings as wheels. Its 
   leaves the model's own exactly as they were;
 - ``grpo-resume``: 2 GRPO steps of ``python -m rankrl.train`` with a checkpoint, then a resume that continues
   at step 2 (the run folder's log has steps 1, 2, 3);
+- ``hybrid``: a tiny Qwen3.5 (linear-attention layers among attention): its log-probs against the transformers
+  engine in bfloat16, and the shared-prefix forward falling back to whole rows with equal log-probs;
 - ``grpo-kl``: 2 GRPO steps with the KL term (beta 0.04) for a LoRA policy and a fully fine-tuned one,
   sampled at temperature 0.9 and top-k 50: both finish, the KL finite and positive once the policy has moved.
 
@@ -123,6 +125,29 @@ def tiny_model_folder(arch: str, root: Path) -> Path:
     return folder
 
 
+def hybrid_model_folder(root: Path) -> Path:
+    """``root/qwen3.5``: a tiny random Qwen3.5 text model (gated-delta-net layers, then attention, as Qwen3.5
+    interleaves them; its paper model's shape is not recorded here) with the byte tokenizer."""
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    from rankrl.models import QWEN3_TEMPLATE
+
+    folder = root / "qwen3.5"
+    if not (folder / "config.json").exists():
+        tokenizer = byte_tokenizer(QWEN3_TEMPLATE)
+        config = Qwen3_5TextConfig(
+            vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=4,
+            num_attention_heads=2, num_key_value_heads=1, head_dim=64, linear_num_key_heads=2,
+            linear_num_value_heads=2, linear_key_head_dim=32, linear_value_head_dim=32,
+            pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+        )  # fmt: skip
+        model = Qwen3_5ForCausalLM(config)
+        model.generation_config.eos_token_id = tokenizer.eos_token_id
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+    return folder
+
+
 # ---------------------------------------------------------------------------------------------- the checks
 def _moved_share(before: dict[str, Any], model: Any) -> float:
     """The smallest share of changed entries over ``model``'s decoder matrices."""
@@ -172,6 +197,29 @@ def check_logprobs(folder: Path, arch: str, device: str) -> list[Check]:
         gap = _sampled_gap(policy, tok, HFEngine(policy, tok))
         out.append(at_most(f"logprobs {arch} {dtype}", gap, bound, "max |trainer - transformers engine|"))
     return out
+
+
+def check_hybrid(folder: Path, device: str) -> list[Check]:
+    """A hybrid model (F-GRPO's Qwen3.5): its sampled log-probs against the transformers engine in bfloat16,
+    and the shared-prefix forward, which it cannot share, giving the whole rows' log-probs."""
+    import torch
+
+    from rankrl.models import load_policy
+    from rankrl.rl.batch import to_policy_batch, token_logprobs
+    from rankrl.rollout.base import SamplingParams
+    from rankrl.rollout.hf import HFEngine
+
+    policy, tok = load_policy(str(folder), dtype="bfloat16", device=device, trainable=True)
+    engine = HFEngine(policy, tok)
+    gap = _sampled_gap(policy, tok, engine)
+    out = engine.generate(PROMPTS, n=4, sampling=SamplingParams(max_new_tokens=16, temperature=1.0))
+    batch = to_policy_batch(out, tok.pad_token_id)
+    with torch.no_grad():
+        shared, whole = (token_logprobs(policy, batch, shared_prefix=s) for s in (True, False))
+    return [
+        at_most("hybrid logprobs bfloat16", gap, BF16_LOGPROB_GAP, "max |trainer - transformers engine|"),
+        at_most("hybrid shared prefix", float((shared - whole).abs().max()), 0.0, "max |shared - whole|"),
+    ]
 
 
 def _sft_update(policy: Any, tokenizer: Any, model: Any = None, lr: float = 1e-6) -> float:
@@ -418,6 +466,7 @@ def trainer_checks(device: str, root: Path) -> Iterator[Check]:
     yield from guarded("lora", lambda: check_lora(tiny_model_folder("qwen2", root), device))
     yield from guarded("grpo-resume", lambda: check_grpo_resume(tiny_model_folder("qwen3", root), root))
     yield from guarded("grpo-kl", lambda: check_grpo_kl(tiny_model_folder("qwen2", root), root))
+    yield from guarded("hybrid", lambda: check_hybrid(hybrid_model_folder(root), device))
 
 
 # ---------------------------------------------------------------------------------------------- vLLM
