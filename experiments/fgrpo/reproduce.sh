@@ -130,9 +130,10 @@ control_rows() {  # control_rows <model>
       trainer.resume=true
     RUN_NAME=fgrpo/control_grpo/echo_pool5 pipeline fgrpo/control_grpo "$m" task.construction=echo \
       task.num_candidates=5 experiment_name=fgrpo/control_grpo/echo_pool5
-    # the hint rung, the floor: the history's last line names the gold's id; supervision first (~15 min)
+    # the hint rung, the floor: the history's last line names the gold's id; supervision (~15 min), then F-GRPO
     RUN_NAME=fgrpo/control_sft/hint/gold_fixed run train fgrpo/control_sft "$m" task.construction=hint \
       task.sft_target=gold_fixed trainer.resume=true
+    RUN_NAME=fgrpo/control_grpo/hint pipeline fgrpo/control_grpo "$m" task.construction=hint
   done
   SEED=0
 }
