@@ -200,8 +200,8 @@ def check_logprobs(folder: Path, arch: str, device: str) -> list[Check]:
 
 
 def check_hybrid(folder: Path, device: str) -> list[Check]:
-    """A hybrid model (F-GRPO's Qwen3.5): its sampled log-probs against the transformers engine in bfloat16,
-    and the shared-prefix forward, which it cannot share, giving the whole rows' log-probs."""
+    """A hybrid model (Qwen3.5, a paper model): its sampled log-probs against the transformers engine in
+    bfloat16, and the shared-prefix forward, which it cannot share, giving the whole rows' log-probs."""
     import torch
 
     from rankrl.models import load_policy
