@@ -371,21 +371,24 @@ def _train_cmd(folder: Path, run: Path, *overrides: str) -> list[str]:
     ]
 
 
+def _train(folder: Path, run: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
+    """``python -m rankrl.train`` (``_train_cmd``) in its own process, this checkout first on its path."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run(_train_cmd(folder, run, *overrides), capture_output=True, text=True, env=env)
+
+
+def _failed_run(name: str, done: subprocess.CompletedProcess[str]) -> Check:
+    """The FAIL line of a training run that exited non-zero: its last stderr line, and the lines before it."""
+    said = done.stderr.strip().splitlines() or ["no output"]
+    return Check(name, False, said[-1], "\n".join(said[-DETAIL_LINES:]))
+
+
 def check_grpo_resume(folder: Path, root: Path) -> list[Check]:
     run = root / "grpo"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    first = subprocess.run(
-        _train_cmd(folder, run, "trainer.max_steps=2"), capture_output=True, text=True, env=env
-    )
+    first = _train(folder, run, "trainer.max_steps=2")
     if first.returncode != 0:
-        said = first.stderr.strip().splitlines() or ["no output"]
-        return [Check("grpo-resume 2 steps", False, said[-1], "\n".join(said[-DETAIL_LINES:]))]
-    second = subprocess.run(
-        _train_cmd(folder, run, "trainer.max_steps=3", "trainer.resume=true"),
-        capture_output=True,
-        text=True,
-        env=env,
-    )
+        return [_failed_run("grpo-resume 2 steps", first)]
+    second = _train(folder, run, "trainer.max_steps=3", "trainer.resume=true")
     said = second.stdout + second.stderr
     resumed = next((line for line in said.splitlines() if "resumed from" in line), "")
     rows = [json.loads(line) for line in (run / TRAIN_LOG_FILE).read_text().splitlines()]
@@ -417,19 +420,15 @@ def check_grpo_kl(folder: Path, root: Path) -> list[Check]:
     """4 GRPO steps with beta 0.04 for each reference kind: both finish, the KL is finite at every step,
     and it is positive at the last step once an earlier step has updated the policy (lr 1e-3, so a LoRA
     update shows through bfloat16; a step whose groups all tie has no gradient and moves nothing)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     knobs = ["trainer.beta=0.04", "trainer.lr=1e-3", "trainer.max_steps=4", "trainer.save_every=0"]
     knobs += ["trainer.sampling.temperature=0.9", "trainer.sampling.top_k=50"]
     out = []
     for kind, overrides in KL_VARIANTS.items():
         run = root / f"grpo-kl-{kind.replace(' ', '-')}"
-        done = subprocess.run(
-            _train_cmd(folder, run, *knobs, *overrides), capture_output=True, text=True, env=env
-        )
+        done = _train(folder, run, *knobs, *overrides)
         name = f"grpo-kl {kind}"
         if done.returncode != 0:
-            said = done.stderr.strip().splitlines() or ["no output"]
-            out.append(Check(name, False, said[-1], "\n".join(said[-DETAIL_LINES:])))
+            out.append(_failed_run(name, done))
             continue
         rows = [json.loads(line) for line in (run / TRAIN_LOG_FILE).read_text().splitlines()]
         kls = [row.get("kl", float("nan")) for row in rows]
@@ -521,9 +520,7 @@ def check_vllm(folder: Path, root: Path) -> Iterator[Check]:
         )
 
     run = root / "grpo-vllm"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cmd = _train_cmd(folder, run, "trainer.max_steps=2", "rollout=vllm", "rollout.kv_cache_gib=0.5")
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    done = _train(folder, run, "trainer.max_steps=2", "rollout=vllm", "rollout.kv_cache_gib=0.5")
     log = run / TRAIN_LOG_FILE
     rows = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     gap = max((r.get("sampler_logprob_gap_max", 0.0) for r in rows), default=float("inf"))

@@ -15,13 +15,5 @@ PY=${GPU_PYTHON:-python3}
   echo "# $(date -u +%FT%TZ) commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/# nvidia-smi: /'
   "$PY" -c "import sys, torch, transformers, peft; print('# python', sys.version.split()[0], '| torch', torch.__version__, '| transformers', transformers.__version__, '| peft', peft.__version__)"  2>/dev/null || echo "# $PY: no torch, transformers or peft"
-  if command -v make >/dev/null; then
-    make gpu-check-trainer GPU_PYTHON="$PY" 2>&1 || echo "# make gpu-check-trainer exited $?"
-  else  # an image without make: print the target's own commands and run them
-    echo "# no make here: running make gpu-check-trainer's commands"
-    # shellcheck disable=SC2046
-    eval "$(sed -n '/^gpu-check-trainer:/,/^$/p' Makefile | tail -n +2 | sed 's/^\t@\{0,1\}//' \
-      | sed "s|\$(GPU_WHEELS)|.cache/gpu-wheels|g; s|\$(GPU_SITE)|.cache/gpu-wheels/site|g; s|\$(GPU_PYTHON)|$PY|g; s|\$(GPU_CHECK_ARGS)|${GPU_CHECK_ARGS:-}|g; s|\$\$|\$|g")" \
-      2>&1 || echo "# gpu-check-trainer's commands exited $?"
-  fi
+  make gpu-check-trainer GPU_PYTHON="$PY" 2>&1 || echo "# make gpu-check-trainer exited $?"
 } 2>&1 | grep -v -E "it/s\]|Warning|warn\(" | tee "$LOG"
