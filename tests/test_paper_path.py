@@ -357,7 +357,7 @@ def test_make_lists_every_cogr_row_without_running_one():
         row["experiments"]["wands"]
         for t in spec["tables"]
         for row in t["rows"]
-        if "wands" in row["experiments"]
+        if "wands" in row.get("experiments", {})  # the CPU-only control table names one experiment a row
     ]
     assert {"cogr/dense4b_cutoff_wands", "cogr/splade_cutoff_wands"} <= set(cells)
     for model in ("qwen3-4b-instruct", "qwen3-1.7b"):
