@@ -16,7 +16,8 @@ spread over seeds as the band or error bar):
   each stage, grouped by the stage's W&B job type, so the rounds line up.
 
 ``--check-runs`` is the no-empty-panel check: every panel's key must be logged by a run of the paper under
-that folder, which must hold W&B offline runs. wandb 0.31 has no reader for its offline ``.wandb`` files, so
+that folder, which must hold W&B offline runs (a table that declares ``scale:`` is checked only against runs
+of that scale). wandb 0.31 has no reader for its offline ``.wandb`` files, so
 the keys are read from what the same calls write beside them: ``train_log.jsonl`` (every ``wandb.log``) and
 ``metrics.json`` (the summary's ``eval/<metric>``); see ``rankrl.tracking``.
 """
@@ -66,7 +67,10 @@ def workspace_spec(paper: str, experiments_dir: Path = EXPERIMENTS_DIR) -> dict[
                 {"kind": "bar", "title": metric, "keys": [f"eval/{metric}"]}
                 for metric in _table_metrics(table, spec["metric"])
             ]
-            sections.append({"name": table["title"], "panels": panels})
+            section = {"name": table["title"], "panels": panels}
+            if "scale" in table:  # a table of one scale's rows only (the CPU-scale positive controls)
+                section["scale"] = table["scale"]
+            sections.append(section)
     figures = yaml.safe_load(figures_path.read_text()) if figures_path.exists() else {}
     for figure in (figures or {}).get("figures", []):
         panels = []
@@ -164,11 +168,15 @@ def wandb_runs(runs_dir: Path, paper: str) -> list[Path]:
 
 
 def empty_panels(spec: Mapping[str, Any], runs_dir: Path) -> list[str]:
-    """The keys of ``spec``'s panels that no W&B run of its paper under ``runs_dir`` logged."""
+    """The keys of ``spec``'s panels that no W&B run of its paper under ``runs_dir`` logged. A section of one
+    scale's rows (``scale:`` in tables.yaml) is checked only where a run of that scale is: the smoke runs
+    the paper profile, never the CPU-scale controls."""
     runs = wandb_runs(runs_dir, spec["paper"])
     if not runs:
         return [f"no W&B run of {spec['paper']} under {runs_dir}"]
-    return sorted(panel_keys(spec) - logged_keys(runs))
+    scales = {json.loads((run / METRICS_FILE).read_text()).get("scale") for run in runs}
+    checked = [s for s in spec["sections"] if "scale" not in s or s["scale"] in scales]
+    return sorted(panel_keys({"sections": checked}) - logged_keys(runs))
 
 
 # ---------------------------------------------------------------------------------------------- the CLI

@@ -52,3 +52,17 @@ def test_check_runs_names_what_no_run_logged(tmp_path):
     assert dashboard.empty_panels(spec, tmp_path) == ["x"]
     spec["sections"][0]["panels"][0]["keys"] = ["reward/mean", "eval/R@1"]
     assert dashboard.empty_panels(spec, tmp_path) == []
+
+
+def test_check_runs_checks_a_one_scale_table_only_against_runs_of_that_scale(tmp_path):
+    """The CPU-scale controls' tables (``scale: cpu``) have no smoke runs: the smoke's check skips them, and a
+    CPU run's folder is checked for them."""
+    panel = {"kind": "bar", "title": "a", "keys": ["eval/a"]}
+    control = {"name": "control", "scale": "cpu", "panels": [panel]}
+    spec = {"paper": "p", "sections": [control]}
+    run = tmp_path / "run"
+    (run / "wandb" / "offline-run-1").mkdir(parents=True)
+    (run / "metrics.json").write_text(json.dumps({"paper": "p", "scale": "smoke", "metrics": {"R@1": 0.5}}))
+    assert dashboard.empty_panels(spec, tmp_path) == []
+    (run / "metrics.json").write_text(json.dumps({"paper": "p", "scale": "cpu", "metrics": {"R@1": 0.5}}))
+    assert dashboard.empty_panels(spec, tmp_path) == ["eval/a"]
