@@ -134,6 +134,9 @@ control_rows() {  # control_rows <model>
     RUN_NAME=fgrpo/control_sft/hint/gold_fixed run train fgrpo/control_sft "$m" task.construction=hint \
       task.sft_target=gold_fixed trainer.resume=true
     RUN_NAME=fgrpo/control_grpo/hint pipeline fgrpo/control_grpo "$m" task.construction=hint
+    # ... and F-GRPO from a partial supervision (half an epoch of the hint SFT), the arm preregistered after it
+    RUN_NAME=fgrpo/control_grpo/hint_partial pipeline fgrpo/control_grpo "$m" task.construction=hint \
+      schedule.warmstart_target=gold_fixed schedule.sft_epochs=0.5 experiment_name=fgrpo/control_grpo/hint_partial
   done
   SEED=0
 }
