@@ -108,7 +108,8 @@ def build_roles(
     for name, (model_cfg, init_from) in specs.items():
         start = Path(ckpt_path) if ckpt_path else resolve_init_from(init_from, cfg) if init_from else None
         role = Role(name, model_cfg, start)
-        role.policy, role.tokenizer = build_policy(cfg, model_cfg, role.init_from, name == train_role)
+        trained = name == train_role
+        role.policy, role.tokenizer = build_policy(cfg, model_cfg, role.init_from, trained, shard=trained)
         role.engine = build_engine(cfg, role.policy, role.tokenizer)
         out[name] = role
     return out
@@ -142,9 +143,12 @@ def build_policy(
     model_cfg: DictConfig | None = None,
     init_from: Path | None = None,
     trainable: bool = False,
+    shard: bool = False,
 ) -> tuple[torch.nn.Module, Any]:
     """A policy and its tokenizer; weights from ``init_from`` (a run folder or checkpoint folder) when
-    given; ``trainable``: the policy an optimizer steps (``rankrl.models.load_policy``)."""
+    given; ``trainable``: the policy an optimizer steps (``rankrl.models.load_policy``); ``shard``: the
+    run's strategy will shard it (the trained role, the KL reference), so under FSDP it loads in host
+    memory."""
     from rankrl.models import load_policy
 
     model_cfg = model_cfg if model_cfg is not None else cfg.model
@@ -154,7 +158,7 @@ def build_policy(
         str(model_cfg.path),
         dtype=model_cfg.dtype,
         lora=lora,
-        device=_load_device(cfg),
+        device=load_device(cfg, shard),
         chat_template_kwargs=OmegaConf.to_container(template) if template else None,
         trainable=trainable,
     )
@@ -172,7 +176,7 @@ def build_reference(cfg: DictConfig, model_cfg: DictConfig, init_from: Path | No
     weights as the policy, so a stage after SFT is held near the SFT model."""
     if not cfg.trainer.get("beta", 0) or model_cfg.get("lora"):
         return None
-    ref, _ = build_policy(cfg, model_cfg, init_from)
+    ref, _ = build_policy(cfg, model_cfg, init_from, shard=True)
     ref.eval().requires_grad_(False)
     return ddp.shard(ref) if _sharded(cfg) else ref
 
@@ -181,9 +185,11 @@ def _sharded(cfg: DictConfig) -> bool:
     return cfg.get("trainer") is not None and cfg.trainer.get("strategy") == "fsdp" and ddp.world_size() > 1
 
 
-def _load_device(cfg: DictConfig) -> str:
-    # FSDP moves each rank's shard to its GPU, so the whole model is only ever held in host memory
-    return "cuda" if torch.cuda.is_available() and not _sharded(cfg) else "cpu"
+def load_device(cfg: DictConfig, shard: bool) -> str:
+    """Where a model loads: its GPU, except a model FSDP will shard (each rank moves only its shard to its
+    GPU, so the whole model is only ever held in host memory). A frozen role is never sharded: it loads on
+    its GPU, where it serves generation and log-probs."""
+    return "cuda" if torch.cuda.is_available() and not (shard and _sharded(cfg)) else "cpu"
 
 
 def policy_dir(ckpt: Path) -> Path:

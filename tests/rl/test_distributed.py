@@ -230,6 +230,41 @@ def test_kl_with_full_fine_tuning_gets_a_frozen_reference(model_dir):
     assert reference(lora) is None  # LoRA: the policy with its adapter off is the reference
 
 
+def test_under_fsdp_only_what_is_sharded_loads_in_host_memory(monkeypatch, model_dir):
+    """FSDP shards the trained role and the KL reference, each rank moving its shard to its GPU, so those two
+    load in host memory; a frozen role is never sharded and loads on its GPU (emulated: CUDA reported
+    available, two ranks, the loader records where it was asked to load)."""
+    from omegaconf import OmegaConf
+
+    import rankrl.models
+    from rankrl import app
+    from tests.conftest import compose
+
+    cfg = compose(
+        "train", ["model=tiny", "trainer.strategy=fsdp", "trainer.beta=0.04", f"paths.model_dir={model_dir}"]
+    )
+    OmegaConf.set_struct(cfg, False)
+    cfg.roles = {"query": {}, "item": {}}
+    devices = []
+
+    def load_policy(path, device, **kwargs):
+        devices.append(device)
+        return torch.nn.Linear(1, 1), None
+
+    monkeypatch.setattr(rankrl.models, "load_policy", load_policy)
+    monkeypatch.setattr(app, "build_engine", lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(ddp, "world_size", lambda: 2)  # as under torchrun
+    app.build_roles(cfg, train_role="query")
+    assert devices == ["cpu", "cuda"]  # the trained query role, then the frozen item role
+    monkeypatch.setattr(ddp, "shard", lambda model: model)
+    app.build_reference(cfg, cfg.model, None)
+    assert devices[-1] == "cpu"
+    cfg.trainer.strategy = "ddp"  # nothing is sharded: everything on its GPU
+    app.build_roles(cfg, train_role="query")
+    assert devices[-2:] == ["cuda", "cuda"]
+
+
 SLURM_RANK_SCRIPT = """
 import json, sys, torch, torch.distributed as dist
 from rankrl import distributed as ddp
