@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CoGR: every row of its tables that the profile runs, then the tables and figures.
-#   make reproduce-cogr                  PROFILE=cpu: SmolLM2-135M over dl-pools-cpu (33 min measured); ABLATIONS=1
+#   make reproduce-cogr                  PROFILE=cpu: SmolLM2-135M over dl-pools-cpu; ABLATIONS=1
 #                                        adds the shared-generator and no-SFT pipelines (~1.4x the time again)
 #   make reproduce-cogr PROFILE=paper    WANDS for Qwen3-4B-Instruct and Qwen3-1.7B (MODELS="..." chooses), with
 #                                        the ablations and the Qwen3-Embedding-4B and SPLADE-v2 baselines;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Rank-R1: every row of its tables that the profile runs, then the tables (and, at CPU scale, the reward curve).
-#   make reproduce-rankr1                  PROFILE=cpu: SmolLM2-135M, the CPU-scale rows (62-81 min measured)
+#   make reproduce-rankr1                  PROFILE=cpu: SmolLM2-135M, the CPU-scale rows (times: README.md, Times)
 #   make reproduce-rankr1 PROFILE=paper    Table 1 for Qwen2.5-3B/7B/14B-Instruct (MODELS="..." chooses), then
 #                                          Table 2 (BRIGHT) when its documents are present
 #   make smoke-rankr1                      PROFILE=smoke: the paper rows on the CPU, a tiny Qwen2.5-shaped model
