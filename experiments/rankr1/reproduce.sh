@@ -47,6 +47,9 @@ control_rows() {  # CONTROL=1: the positive control (#41; README "Positive contr
     for exp in control_grpo_budget_dl19 control_grpo_budget_lr1e-6_dl19; do
       RUN_NAME=rankr1/$exp/$c pipeline "rankr1/$exp" smollm2-135m "task.construction=$c"
     done
+    # ... and the third arm, at lr 3e-6 (preregistered after the 1e-6 arm's +0.093)
+    RUN_NAME=rankr1/control_grpo_budget_lr3e-6_dl19/$c pipeline rankr1/control_grpo_budget_dl19 smollm2-135m \
+      "task.construction=$c" schedule.control_grpo_lr=3.0e-6 "experiment_name=rankr1/control_grpo_budget_lr3e-6_dl19/$c"
   done
 }
 
