@@ -12,8 +12,9 @@ platforms; where they differ, the platform decides (``vllm.platforms.current_pla
   (``_repack_tied_lm_head``; measured on SmolLM2: without it vLLM's log-probs after a push match neither the
   old nor the new weights).
 - **Sleep.** With ``enable_sleep_mode`` the engine sleeps after each ``generate`` (``sleep(level=1)``:
-  weights offloaded, KV cache freed) so the update has the GPU to itself. The CPU platform has no sleep mode;
-  the engine then stays awake and says so once.
+  weights offloaded, KV cache freed), after it starts and after a push made outside a generation (across
+  ranks, every SFT step's), so an update never runs beside an awake engine. The CPU platform has no sleep
+  mode; the engine then stays awake and says so once.
 - **Two roles on one GPU** (a query and an item policy that serve each other; a selector and a ranker
   chained at inference): one engine per role, each sleeping and waking only its own memory. vLLM's sleep
   allocator is one per process and its sleep acts on every allocation it holds, so every call into an engine
@@ -394,6 +395,7 @@ class VLLMEngine:
             _LIVE_ENGINES.append(self.llm)
             self._push(model)  # the policy may already differ from its folder (a resumed checkpoint)
             self._smoke_test()
+            self._sleep()  # what runs next may be an update (SFT never generates): it gets the GPU
 
     # ---------------------------------------------------------------- RolloutEngine
     def generate(self, prompts: Sequence[Messages], n: int, sampling: SamplingParams) -> Rollouts:
@@ -419,10 +421,16 @@ class VLLMEngine:
         all_ids = [ids for ids, _ in requests]
         outputs = self._run([{"prompt_token_ids": ids} for ids in all_ids], params)
         out = repeat_rows(rollouts_from_outputs(all_ids[share], outputs[share], per_prompt), n // per_prompt)
+        self._sleep()
+        return out
+
+    def _sleep(self) -> None:
+        """Offload the weights and free the KV cache (sleep mode only), so the update that follows has the
+        GPU to itself: after every generation, after the engine starts and after a push made outside a
+        generation."""
         if self.sleeps:
             self.llm.sleep(level=1)
             self._asleep = {"weights", "kv_cache"}
-        return out
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Make the engine sample ``model``'s current weights. In one process the copy waits for the next
@@ -433,6 +441,7 @@ class VLLMEngine:
             self._unpushed = None
             with self._own_memory():
                 self._push(model)
+                self._sleep()  # the push woke the weights; the next update (an SFT step) needs the GPU
         else:
             self._unpushed = model
 

@@ -109,7 +109,9 @@ def test_two_roles_sleep_and_wake_only_their_own_memory(model_dir, gpu_sleep):
         engines[role] = rv.VLLMEngine(*load_policy(str(model_dir / "tiny")), kv_cache_gib=0.05)
     owned = {role: set(engine.memory.owned) for role, engine in engines.items()}
     assert all(len(ptrs) == 2 for ptrs in owned.values()) and not owned["query"] & owned["item"]
+    assert all(data.is_asleep for data in gpu_sleep.pointer_to_data.values())  # each slept after its start
 
+    gpu_sleep.touched.clear()
     before = engines["item"].generate(PROMPT, n=1, sampling=GREEDY).completion_ids
     touched_by_item = set(ptr for _, ptr in gpu_sleep.touched)
     assert touched_by_item == owned["item"]  # its own sleep after generating, nothing of the query's
@@ -119,13 +121,27 @@ def test_two_roles_sleep_and_wake_only_their_own_memory(model_dir, gpu_sleep):
     engines["query"].sync_weights(load_policy(str(model_dir / "tiny"))[0])
     engines["query"].generate(PROMPT, n=1, sampling=GREEDY)  # its weights wake for a push, then all
     assert {ptr for _, ptr in gpu_sleep.touched} == owned["query"]
-    assert [kind for kind, _ in gpu_sleep.touched] == ["unmap"] * 2 + ["map"] * 2 + ["unmap"] * 2
+    assert [kind for kind, _ in gpu_sleep.touched] == (["map"] * 2 + ["unmap"] * 2) * 2
 
     item_data = [gpu_sleep.pointer_to_data[ptr] for ptr in owned["item"]]
     assert all(data.is_asleep for data in item_data)  # as the item role left them: asleep, backed up
     weights = [data for data in item_data if data.tag == "weights"]
     assert weights and all(data.cpu_backup_tensor is not None for data in weights)
     assert engines["item"].generate(PROMPT, n=1, sampling=GREEDY).completion_ids == before
+
+
+def test_an_update_never_runs_beside_an_awake_engine(model_dir, gpu_sleep, monkeypatch):
+    """SFT never generates: the engine must be asleep when it starts and after each push the update makes
+    (across ranks a push is made at once; in one process it waits for the next generation)."""
+    policy, tokenizer = load_policy(str(model_dir / "tiny"))
+    engine = rv.VLLMEngine(policy, tokenizer, kv_cache_gib=0.05)
+    memory = lambda: [gpu_sleep.pointer_to_data[ptr] for ptr in engine.memory.owned]  # noqa: E731
+    assert all(data.is_asleep for data in memory())  # started, then asleep before the first update
+    monkeypatch.setattr(rv, "is_distributed", lambda: True)  # as under torchrun: the push is made now
+    monkeypatch.setattr(engine, "_gather_group", lambda requests: (requests, slice(None)))
+    engine.sync_weights(policy)
+    assert all(data.is_asleep for data in memory())
+    assert engine.generate(PROMPT, n=1, sampling=GREEDY).completion_ids  # still serves after it
 
 
 def test_an_allocation_freed_during_another_engines_call_leaves_every_registry(model_dir, gpu_sleep):
