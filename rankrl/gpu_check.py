@@ -23,8 +23,9 @@ needs hydra-core and omegaconf, which ``make gpu-wheels`` brings as wheels. Its 
 - ``grpo-kl``: 2 GRPO steps with the KL term (beta 0.04) for a LoRA policy and a fully fine-tuned one,
   sampled at temperature 0.9 and top-k 50: both finish, the KL finite and positive once the policy has moved.
 
-Part ``vllm`` (a GPU machine's own venv with CUDA vLLM, ``make install-gpu``): vLLM's sampling log-probs
-against the trainer's; a weight push moves them onto the new weights; two roles' engines in one process,
+Part ``vllm`` (a GPU machine's own venv with CUDA vLLM, ``make install-gpu``): the engine asleep once
+started (it holds less than half its KV cache's size of GPU memory); vLLM's sampling log-probs against the
+trainer's; a weight push moves them onto the new weights; two roles' engines in one process,
 each sleeping and waking, each role's log-probs unchanged by the other's cycle; 2 GRPO steps on the vLLM
 engine.
 
@@ -478,7 +479,14 @@ def check_vllm(folder: Path, root: Path) -> Iterator[Check]:
     from rankrl.rollout.vllm import VLLMEngine
 
     policy, tok = load_policy(str(folder), dtype="float32", device="cuda", trainable=True)
-    engine = VLLMEngine(policy, tok, kv_cache_gib=0.5, enable_sleep_mode=True)
+    torch.cuda.empty_cache()
+    free_before = torch.cuda.mem_get_info()[0]
+    engine = VLLMEngine(policy, tok, kv_cache_gib=2.0, enable_sleep_mode=True)
+    torch.cuda.empty_cache()
+    held = (free_before - torch.cuda.mem_get_info()[0]) / 2**30
+    yield Check(  # an update may follow the start (SFT never generates): the engine must not hold the GPU
+        "vllm asleep after start", held < 1.0, f"{held:.2f} GiB held after the start (its KV cache: 2 GiB)"
+    )
     yield at_most(
         "vllm logprobs float32", _sampled_gap(policy, tok, engine), VLLM_FP32_LOGPROB_GAP, "max gap"
     )
