@@ -22,11 +22,14 @@ function here is the identity, so single-process code pays nothing.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
+
+T = TypeVar("T")
 
 
 def is_distributed() -> bool:
@@ -163,6 +166,25 @@ def gradient_sync(model: torch.nn.Module, sync: bool) -> Iterator[None]:
 def barrier() -> None:
     if is_distributed():
         dist.barrier()
+
+
+def from_main(compute: Callable[[], T]) -> T:
+    """``compute()`` run on the main rank alone, its answer (or its exception) on every rank: one decision
+    the ranks share, where each rank deciding for itself could differ (which checkpoint a resume reads,
+    when one rank's read of a shared file system fails), and a cost paid once (hashing the checkpoints)."""
+    if not is_distributed():
+        return compute()
+    box: list[Any] = [None]
+    if is_main():
+        try:
+            box[0] = (True, compute())
+        except Exception as err:  # raised on every rank below, so none waits for a rank that stopped
+            box[0] = (False, err)
+    dist.broadcast_object_list(box, src=0)  # over gloo: the object is in host memory
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value
 
 
 def split(items: list) -> list:

@@ -97,7 +97,8 @@ class TrainLoop:
 
         A folder whose checkpoints are all damaged raises ``CheckpointError`` (each one named with why)
         before anything is set aside: starting over there would bury the damage under a new run."""
-        ckpt = resolve_resume_checkpoint(self.ckpt_root) if self.cfg.resume else None
+        # the main rank picks (and verifies) the checkpoint for all: ranks that each chose could differ
+        ckpt = ddp.from_main(lambda: resolve_resume_checkpoint(self.ckpt_root)) if self.cfg.resume else None
         if ckpt is None:
             self._set_aside_earlier_run()
             return False
@@ -105,7 +106,9 @@ class TrainLoop:
         self.scheduler.load_state_dict(state["scheduler"])
         self.order.epoch, self.order.index = state["order"]["epoch"], state["order"]["index"]
         self.step = state["step"]
-        self.logger.truncate_after(self.step)
+        if ddp.is_main():  # one writer: every rank rewriting the same log could read another's half write
+            self.logger.truncate_after(self.step)
+        ddp.barrier()
         self.step_fn.weights_changed()
         log.info("resumed from %s at step %d", ckpt, self.step)
         return True

@@ -190,6 +190,44 @@ def test_fsdp_keeps_float32_masters_of_a_bfloat16_policy(tmp_path: Path, model_d
         assert (after[name] != w).float().mean() > 0.9, name
 
 
+def _resume_worker(rank: int, world: int, port: int, root: str, out: str) -> None:
+    import json
+
+    import rankrl.rl.checkpoint as ck
+
+    _join(rank, world, port)
+    try:
+        if rank == 1:  # this rank's read of the shared file system fails
+            ck.verify_checkpoint = lambda path: "unreadable (emulated)"
+        chosen = ddp.from_main(lambda: ck.resolve_resume_checkpoint(Path(root)))
+        try:
+            ddp.from_main(lambda: 1 / 0)
+            raised = False
+        except ZeroDivisionError:
+            raised = True
+        Path(f"{out}{rank}").write_text(json.dumps([str(chosen), raised]))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.ranks
+def test_every_rank_resumes_from_the_checkpoint_the_main_rank_chose(tmp_path: Path):
+    """A resume picks its checkpoint on the main rank and every rank reads that one (each rank choosing for
+    itself, one whose read failed would start elsewhere, or stop); an error there stops every rank."""
+    import json
+
+    from rankrl.rl.checkpoint import STATE_FILE, write_manifest
+
+    ckpt = tmp_path / "checkpoints" / "step_000002"
+    ckpt.mkdir(parents=True)
+    torch.save({"step": 2}, ckpt / STATE_FILE)
+    write_manifest(ckpt)
+    out = str(tmp_path / "rank")
+    mp.spawn(_resume_worker, args=(2, _free_port(), str(tmp_path / "checkpoints"), out), nprocs=2)
+    answers = [json.loads(Path(f"{out}{r}").read_text()) for r in range(2)]
+    assert answers == [[str(ckpt), True]] * 2
+
+
 def test_unknown_strategy_names_the_valid_ones():
     with pytest.raises(ValueError, match="trainer.strategy='zero3'; valid: ddp, fsdp"):
         TrainerConfig(strategy="zero3")
