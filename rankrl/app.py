@@ -208,6 +208,20 @@ def policy_dir(ckpt: Path) -> Path:
     raise ConfigError(f"{ckpt} holds no policy weights written by rankrl.train")
 
 
+FINGERPRINT_CHUNK = 1 << 24  # elements a float64 copy is made of at once: 128 MiB
+
+
+def _float64_sums(p: torch.Tensor) -> tuple[float, float]:
+    """(sum, sum of |x|) of a tensor in float64, a chunk at a time: a whole float64 copy of a 14B model's
+    embedding is 5.8 GiB, more than a GPU has free with the engine started."""
+    total = absolute = 0.0
+    for chunk in p.reshape(-1).split(FINGERPRINT_CHUNK):
+        wide = chunk.double()
+        total += wide.sum().item()
+        absolute += wide.abs().sum().item()
+    return total, absolute
+
+
 def weights_fingerprint(model: torch.nn.Module) -> str:
     """A short fingerprint of every parameter's values: equal weights, equal fingerprints (one pass, cheap).
     A sharded policy's parameters are gathered first (a collective: every rank calls this)."""
@@ -216,9 +230,8 @@ def weights_fingerprint(model: torch.nn.Module) -> str:
         for name, p in sorted(model.state_dict().items()):
             p = ddp.full_tensor(p)
             if p.is_floating_point():
-                h.update(
-                    f"{name}:{p.double().sum().item():.10e}:{p.double().abs().sum().item():.10e}".encode()
-                )
+                total, absolute = _float64_sums(p)
+                h.update(f"{name}:{total:.10e}:{absolute:.10e}".encode())
     return h.hexdigest()[:16]
 
 
