@@ -187,6 +187,25 @@ def from_main(compute: Callable[[], T]) -> T:
     return value
 
 
+COMBINE = {"sum": sum, "max": max, "mean": lambda values: sum(values) / len(values)}
+
+
+def combine_metrics(metrics: dict[str, Any], rule: Callable[[str], str]) -> dict[str, Any]:
+    """One step's metrics over every rank's share, each key by its ``rule``: ``sum`` where a rank's value is
+    its share of a batch total, ``max``, ``mean`` (ranks hold equal shares, ``split``), or ``main``: the
+    main rank's own (a sample it shows). Values that are not numbers stay the main rank's."""
+    if not is_distributed():
+        return metrics
+    every: list[Any] = [None] * world_size()
+    dist.all_gather_object(every, metrics)  # over gloo: the dicts are in host memory
+    out = dict(metrics)
+    for key in metrics:
+        how, values = rule(key), [m.get(key) for m in every]
+        if how != "main" and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            out[key] = COMBINE[how](values)
+    return out
+
+
 def split(items: list) -> list:
     """This rank's contiguous share of a global list (its length must divide by the world size)."""
     n = world_size()

@@ -131,7 +131,7 @@ class GRPOStep:
         stats = self.update(batch, advantages, optimizer_step)
         self.engine.sync_weights(self.policy)
         t_all = time.perf_counter() - t0
-        return {
+        metrics = {
             **self.batch_metrics(scores, rollouts, batch, advantages),
             **stats,
             "time/generate_s": t_gen,
@@ -140,6 +140,7 @@ class GRPOStep:
             "time/step_s": t_all,
             "tokens_per_s": float(batch.response_mask.sum()) / max(t_gen, 1e-9),
         }
+        return ddp.combine_metrics(metrics, combined_over_ranks)
 
     def advantages(self, scores, rollouts: Rollouts, batch: PolicyBatch) -> torch.Tensor | SpanBatch:
         """(N,) sequence advantages, or a ``SpanBatch`` when the task scores spans."""
@@ -206,9 +207,10 @@ class GRPOStep:
         lengths = batch.response_mask.sum(-1)
         token_adv = advantages.token_advantages() if isinstance(advantages, SpanBatch) else advantages
         spans = scores.spans or {}
+        rewards = ddp.gather_rows(scores.rewards.float())  # every rank's: the std is not a mean of stds
         return {
-            "reward/mean": scores.rewards.float().mean().item(),
-            "reward/std": scores.rewards.float().std().item() if len(scores.rewards) > 1 else 0.0,
+            "reward/mean": rewards.mean().item(),
+            "reward/std": rewards.std().item() if len(rewards) > 1 else 0.0,
             "reward/flat_group_share": flat_group_share(scores.rewards, self.cfg.group_size),
             **{f"reward/{k}": v.float().mean().item() for k, v in scores.components.items()},
             **{f"reward/span_{k}": s.rewards.float().mean().item() for k, s in spans.items()},
@@ -227,6 +229,18 @@ class GRPOStep:
             "sample/completion": rollouts.texts[0],
             "sample/reward": scores.rewards[0].item(),
         }
+
+
+def combined_over_ranks(key: str) -> str:
+    """How a GRPO step's metric combines over ranks (``ddp.combine_metrics``; each rank scores and logs its
+    share of the prompts): the losses are each rank's share of the batch total (one denominator for every
+    rank) and throughput adds up; maxima and times (a step waits for its slowest rank) take the largest; the
+    shown sample is the main rank's; everything else is a mean of equal shares."""
+    if key == "loss" or key.startswith("pg_loss") or key == "tokens_per_s":
+        return "sum"
+    if key.endswith(("/max", "_max")) or "/max/" in key or key.startswith("time/"):
+        return "max"
+    return "main" if key.startswith("sample/") else "mean"
 
 
 def _loss_terms(

@@ -228,6 +228,51 @@ def test_every_rank_resumes_from_the_checkpoint_the_main_rank_chose(tmp_path: Pa
     assert answers == [[str(ckpt), True]] * 2
 
 
+def _metrics_worker(rank: int, world: int, port: int, out: str) -> None:
+    import json
+
+    from rankrl.rl.steps import combined_over_ranks
+
+    _join(rank, world, port)
+    try:
+        mine = {  # rank r's share of a step: 2 completions with rewards r and r + 1
+            "loss": 0.25 + rank,
+            "pg_loss/slate": 0.5 * rank,
+            "reward/mean": rank + 0.5,
+            "completion_length/max": 10.0 + rank,
+            "ratio/max/rank": 1.0 + rank,
+            "time/step_s": 3.0 - rank,
+            "sample/completion": f"text of rank {rank}",
+            "sample/reward": float(rank),
+        }
+        Path(f"{out}{rank}").write_text(json.dumps(ddp.combine_metrics(mine, combined_over_ranks)))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.ranks
+def test_a_steps_metrics_cover_every_ranks_share(tmp_path: Path):
+    """Each rank scores its share of a step's prompts; the logged metrics are the whole step's: losses (each
+    rank's share of one batch total) add up, maxima and times take the largest, means average equal shares,
+    and the shown sample stays the main rank's."""
+    import json
+
+    out = str(tmp_path / "rank")
+    mp.spawn(_metrics_worker, args=(2, _free_port(), out), nprocs=2)
+    main = json.loads(Path(f"{out}0").read_text())
+    assert main == {
+        "loss": 1.5,
+        "pg_loss/slate": 0.5,
+        "reward/mean": 1.0,
+        "completion_length/max": 11.0,
+        "ratio/max/rank": 2.0,
+        "time/step_s": 3.0,
+        "sample/completion": "text of rank 0",
+        "sample/reward": 0.0,
+    }
+    assert json.loads(Path(f"{out}1").read_text())["loss"] == 1.5  # every rank holds the same numbers
+
+
 def test_unknown_strategy_names_the_valid_ones():
     with pytest.raises(ValueError, match="trainer.strategy='zero3'; valid: ddp, fsdp"):
         TrainerConfig(strategy="zero3")
