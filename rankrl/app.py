@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -233,6 +233,13 @@ def weights_fingerprint(model: torch.nn.Module) -> str:
                 total, absolute = _float64_sums(p)
                 h.update(f"{name}:{total:.10e}:{absolute:.10e}".encode())
     return h.hexdigest()[:16]
+
+
+def evaluation_needs_every_rank(policy: torch.nn.Module, engines: Iterable[Any]) -> bool:
+    """Whether the final evaluation (greedy, the same on every rank) must run on all ranks rather than the
+    main one alone: a sharded policy's forward needs every rank's shard, and an engine whose tensor-parallel
+    group spans ranks generates only with all of them (the main rank alone would wait on them forever)."""
+    return ddp.is_sharded(policy) or any(getattr(engine, "tp", 1) > 1 for engine in engines)
 
 
 def build_engine(cfg: DictConfig, policy: torch.nn.Module, tokenizer: Any) -> RolloutEngine:

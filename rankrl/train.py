@@ -74,8 +74,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if ddp.world_size() > 1:  # the model is built and identical everywhere; now each rank samples its own
         seed_everything(int(cfg.seed) + ddp.rank())
     last = loop.train()
-    # a sharded policy's forward needs every rank, so all of them run the (greedy, identical) evaluation
-    everywhere = ddp.is_sharded(trained.policy)
+    everywhere = app.evaluation_needs_every_rank(trained.policy, [r.engine for r in roles.values()])
     result = app.run_evaluation(cfg, task, gens) if ddp.is_main() or everywhere else {"metrics": {}}
     end = {name: app.weights_fingerprint(r.policy) for name, r in roles.items()}
     record = run_record(

@@ -27,3 +27,16 @@ def test_weights_fingerprint_never_copies_a_whole_tensor_to_float64(monkeypatch)
     with torch.no_grad():
         model.weight[3, 7] += 0.5
     assert app.weights_fingerprint(model) != first
+
+
+def test_the_final_evaluation_runs_on_every_rank_where_one_rank_cannot_generate_alone():
+    """A tensor-parallel engine generates only with its whole group, and a sharded policy's forward needs
+    every shard: there the evaluation runs on all ranks, elsewhere on the main rank alone."""
+
+    class Engine:
+        def __init__(self, tp: int) -> None:
+            self.tp = tp
+
+    policy = torch.nn.Linear(2, 2)
+    assert not app.evaluation_needs_every_rank(policy, [Engine(1), object()])  # an HF engine has no tp
+    assert app.evaluation_needs_every_rank(policy, [Engine(1), Engine(2)])
