@@ -186,10 +186,15 @@ def _sharded(cfg: DictConfig) -> bool:
 
 
 def load_device(cfg: DictConfig, shard: bool) -> str:
-    """Where a model loads: its GPU, except a model FSDP will shard (each rank moves only its shard to its
-    GPU, so the whole model is only ever held in host memory). A frozen role is never sharded: it loads on
-    its GPU, where it serves generation and log-probs."""
-    return "cuda" if torch.cuda.is_available() and not (shard and _sharded(cfg)) else "cpu"
+    """Where a model loads: its GPU, except under FSDP on several GPUs, where a model it will shard loads in
+    host memory (each rank moves only its shard to its GPU) and so does a frozen role whose generation its
+    own vLLM engine serves (its weights there are needed only to fill that engine: the GPU plan counts it
+    so). A frozen role that generates itself (rollout=hf) loads on its GPU."""
+    if not torch.cuda.is_available():
+        return "cpu"
+    if not _sharded(cfg):
+        return "cuda"
+    return "cpu" if shard or cfg.rollout.get("name") == "vllm" else "cuda"
 
 
 def policy_dir(ckpt: Path) -> Path:

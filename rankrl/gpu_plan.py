@@ -84,13 +84,14 @@ and key-value widths, MLP width, vocabulary and depth):
                     tokens of layers x 2 x key-value heads x head size x 2 bytes. vLLM refuses to start
                     unless it holds one sequence of max_model_len
                     (kv_cache_utils.check_enough_kv_cache_memory; max_model_len null: the model's context)
-      asleep        with rollout.enable_sleep_mode an engine sleeps after each generation (level 1: weights
-                    offloaded, KV cache freed); its CUDA graphs stay (sleep_mode_offload_cudagraph is off
-                    by default, vllm/config/model.py). Without sleep mode it holds all of the above always
+      asleep        with rollout.enable_sleep_mode an engine sleeps once started and after each generation
+                    or push (level 1: weights offloaded, KV cache freed); its CUDA graphs stay
+                    (sleep_mode_offload_cudagraph is off by default, vllm/config/model.py). Without sleep
+                    mode it holds all of the above always
 
     phases of a training run, each a sum of the parts it holds; the plan's memory is the largest
-      start         context + weights + reference + frozen roles, and the engines as each starts (all awake:
-                    an engine sleeps only after its first generation), each needing its whole budget free
+      start         context + weights + reference + frozen roles, and the engines as each starts (the
+                    earlier ones asleep, each asleep once started), each needing its whole budget free
       rollout       start's parts + AdamW + one engine awake + the others asleep
       update        rollout's trainer parts + gradients + activations + FSDP gathers + every engine asleep
 
@@ -371,10 +372,11 @@ def memory(stage: Stage, gpus: int, gpu: str, micro_batch: int | None = None) ->
     base = CUDA_CONTEXT + t["weights"] + t["reference"] + t["frozen"]
     held = base + t["optimizer"]
     asleep = sum(e["asleep"] for e in engines)
-    # each engine starts with the earlier ones awake, and needs its whole budget free
+    # each engine starts with the earlier ones asleep (an engine sleeps once started), and needs its whole
+    # budget free
     start = max(
         [
-            base + sum(e["footprint"] for e in engines[:i]) + max(x["footprint"], x["budget"])
+            base + sum(e["asleep"] for e in engines[:i]) + max(x["footprint"], x["budget"])
             for i, x in enumerate(engines)
         ]
         or [base]

@@ -199,7 +199,7 @@ def test_an_engine_whose_cache_cannot_hold_max_model_len_names_the_share_that_wo
 
 def test_two_roles_start_two_engines_and_the_frozen_role_stays_in_bf16():
     """A stage of a two-role pipeline trains one role; the other is loaded frozen in bf16, and both roles'
-    engines are awake at start (an engine sleeps only after its first generation)."""
+    engine starts with the first asleep (an engine sleeps once started)."""
     command = parse_command(
         printed_argv(
             ".venv/bin/python -m rankrl.pipeline experiment=cogr/cogr profile=paper model=qwen3-4b-instruct"
@@ -216,7 +216,7 @@ def test_two_roles_start_two_engines_and_the_frozen_role_stays_in_bf16():
     mem = memory(stage, 1, "h100-80gb")
     t, (first, second) = mem["trainer"], mem["engines"]
     base = 2**30 + t["weights"] + t["reference"] + t["frozen"]
-    assert mem["start"] == pytest.approx(base + first["footprint"] + second["budget"])
+    assert mem["start"] == pytest.approx(base + first["asleep"] + second["budget"])
     assert mem["rollout"] == pytest.approx(base + t["optimizer"] + first["footprint"] + second["asleep"])
     assert runs["base"][0].entry == "evaluate" and runs["eval"][0].entry == "evaluate"
 

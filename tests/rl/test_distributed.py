@@ -313,10 +313,11 @@ def test_kl_with_full_fine_tuning_gets_a_frozen_reference(model_dir):
     assert reference(lora) is None  # LoRA: the policy with its adapter off is the reference
 
 
-def test_under_fsdp_only_what_is_sharded_loads_in_host_memory(monkeypatch, model_dir):
+def test_under_fsdp_a_frozen_role_loads_on_its_gpu_only_where_it_generates_itself(monkeypatch, model_dir):
     """FSDP shards the trained role and the KL reference, each rank moving its shard to its GPU, so those two
-    load in host memory; a frozen role is never sharded and loads on its GPU (emulated: CUDA reported
-    available, two ranks, the loader records where it was asked to load)."""
+    load in host memory; a frozen role whose vLLM engine serves its generation stays there too (its weights
+    only fill the engine), one that generates itself (rollout=hf) loads on its GPU. Emulated: CUDA reported
+    available, two ranks, the loader recording where it was asked to load."""
     from omegaconf import OmegaConf
 
     import rankrl.models
@@ -324,7 +325,14 @@ def test_under_fsdp_only_what_is_sharded_loads_in_host_memory(monkeypatch, model
     from tests.conftest import compose
 
     cfg = compose(
-        "train", ["model=tiny", "trainer.strategy=fsdp", "trainer.beta=0.04", f"paths.model_dir={model_dir}"]
+        "train",
+        [
+            "model=tiny",
+            "rollout=vllm",
+            "trainer.strategy=fsdp",
+            "trainer.beta=0.04",
+            f"paths.model_dir={model_dir}",
+        ],
     )
     OmegaConf.set_struct(cfg, False)
     cfg.roles = {"query": {}, "item": {}}
@@ -339,10 +347,13 @@ def test_under_fsdp_only_what_is_sharded_loads_in_host_memory(monkeypatch, model
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(ddp, "world_size", lambda: 2)  # as under torchrun
     app.build_roles(cfg, train_role="query")
-    assert devices == ["cpu", "cuda"]  # the trained query role, then the frozen item role
+    assert devices == ["cpu", "cpu"]  # the trained query role, then the frozen item role its engine serves
     monkeypatch.setattr(ddp, "shard", lambda model: model)
     app.build_reference(cfg, cfg.model, None)
     assert devices[-1] == "cpu"
+    cfg.rollout.name = "hf"  # the frozen role generates itself: on its GPU
+    app.build_roles(cfg, train_role="query")
+    assert devices[-2:] == ["cpu", "cuda"]
     cfg.trainer.strategy = "ddp"  # nothing is sharded: everything on its GPU
     app.build_roles(cfg, train_role="query")
     assert devices[-2:] == ["cuda", "cuda"]
