@@ -97,8 +97,9 @@ test: setup ## the test suite without slow tests, two pinned xdist workers
 test-full: setup ## every test, slow ones included
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-dry-run: setup ## compose every experiment and print the resolved config of one (seconds)
-	$(PY) -m rankrl.train --cfg job experiment=rankr1/bm25 | head -40
+EXPERIMENT ?= rankr1/bm25
+dry-run: setup ## the composed config of EXPERIMENT (default rankr1/bm25), nothing run
+	$(PY) -m rankrl.train --cfg job experiment=$(EXPERIMENT)
 
 bench: setup ## each benchmark against its named alternative, with the ratio
 	$(PY) -m rankrl.benchmarks.rollouts          # vLLM's CPU engine vs transformers generate, Rank-R1 GRPO and eval shapes
