@@ -59,6 +59,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("runs", nargs="+", type=Path, help="run folders (a pipeline's stage folders)")
+    parser.add_argument("--out", type=Path, help="also write the readings as CSV")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
@@ -85,6 +86,7 @@ def main() -> None:
     splits = {"train": task.train_pools(), "eval": task.eval_pools(cfg.eval_split)}
     sizes = ", ".join(f"{len(pools)} {split} users" for split, pools in splits.items())
     print(f"construction {task.construction}: {sizes}")
+    rows = []
     for run in args.runs:
         model, tok = build_policy(OmegaConf.load(run / "config.yaml"), init_from=run)
         model.eval()
@@ -92,7 +94,13 @@ def main() -> None:
         for split, pools in splits.items():
             p, top = gold_at_rank_first(model, tok, examples(pools), pools)
             cells.append(f"{split}: p(gold) {p:.3f}, gold most likely {top:.2f}")
+            rows.append({"run": str(run), "split": split, "p_gold": p, "gold_top": top})
         print(f"{run}: " + "; ".join(cells), flush=True)
+    if args.out:
+        import pandas as pd
+
+        pd.DataFrame(rows).to_csv(args.out, index=False, float_format="%.6f")
+        print(f"written to {args.out}")
 
 
 if __name__ == "__main__":
