@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pytest
 import yaml
 from omegaconf import OmegaConf
 
@@ -22,12 +21,6 @@ from rankrl.report.__main__ import papers, report
 from rankrl.report.results import RESULTS_DIR, read
 from rankrl.runs import SCHEMA, write_run_files
 from rankrl.tracking import RunLogger
-
-# Papers whose results/ are not committed yet (issue 41): their tables were committed before the report
-# stored results, and their run folders are not on the machines that build this repository. After rerunning
-# a paper's reproduction, `make tables` writes experiments/<paper>/results/; commit it with the tables and
-# remove the paper from this list. Temporary: the list only shrinks, and is empty when issue 41 is done.
-RESULTS_PENDING_ISSUE_41 = ("rankr1",)
 
 QUERIES = [f"q{i}" for i in range(20)]
 TABLES = {
@@ -349,14 +342,10 @@ def test_the_rebuild_check_finds_a_table_that_differs(tmp_path):
 def test_make_tables_rebuilds_the_committed_tables_from_the_committed_results(tmp_path):
     """`make tables` in a fresh clone: every paper's committed results rebuild its committed tables,
     comparisons and figures byte for byte, with no outputs/. A paper whose tables.yaml feeds a table must
-    have its results/ committed, unless it is listed in RESULTS_PENDING_ISSUE_41."""
+    have its results/ committed."""
     experiments = REPO_ROOT / "experiments"
     fed = [p for p in papers(experiments) if _feeds_a_table(experiments / p)]
     with_results = [p for p in fed if (experiments / p / RESULTS_DIR / "runs.csv").exists()]
-    missing = sorted(set(fed) - set(with_results) - set(RESULTS_PENDING_ISSUE_41))
+    missing = sorted(set(fed) - set(with_results))
     assert not missing, f"{missing}: tables without committed results/ (run make tables with their outputs/)"
-    stale = sorted(set(RESULTS_PENDING_ISSUE_41) & set(with_results))
-    assert not stale, f"{stale} have results/ now: remove them from RESULTS_PENDING_ISSUE_41"
-    if not with_results:
-        pytest.skip(f"no paper has committed results yet (pending: {', '.join(RESULTS_PENDING_ISSUE_41)})")
-    assert rebuilt_differently(experiments, with_results, tmp_path) == []
+    assert with_results and rebuilt_differently(experiments, with_results, tmp_path) == []
