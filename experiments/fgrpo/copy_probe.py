@@ -9,7 +9,10 @@ gold id (among the pool's ids: chance 1/20 for 20 candidates) and how often the 
 A policy that copies the hint line scores ~1.0 on both; one that ignores it ~0.05.
 
     python experiments/fgrpo/copy_probe.py outputs/fgrpo/control_grpo/hint/cpu-smollm2-135m/seed0/warmstart \\
-        outputs/fgrpo/control_grpo/hint/cpu-smollm2-135m/seed0/fgrpo
+        outputs/fgrpo/control_grpo/hint/cpu-smollm2-135m/seed0/fgrpo --labels "format warm start" "F-GRPO" \\
+        --out experiments/fgrpo/copy_probe.csv   # and copy_probe.md, the table
+
+The full command behind the committed readings is in the README's positive control.
 
 The task (construction, ids, pools) is the first run's own config. Reads only; trains nothing, tunes
 nothing. One CPU thread: 3-4 min a run for 128 + 100 users (11 min for three beside a 2-thread run).
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import pandas as pd
 import torch
 
 RANK_OPEN = "<RANK>"
@@ -54,53 +58,71 @@ def gold_at_rank_first(model, tok, examples, pools) -> tuple[float, float]:
     return sum(probs) / len(probs), sum(tops) / len(tops)
 
 
+def readings_table(readings: pd.DataFrame) -> str:
+    """The readings as the markdown table the README cites: one row a run, two columns a split."""
+    rows = []
+    for (label, run), by_split in readings.groupby(["label", "run"], sort=False):
+        row = {"run": label, "folder": f"`{run}`"}
+        for r in by_split.itertuples():
+            row[f"{r.split}: p(gold)"] = f"{r.p_gold:.3f}"
+            row[f"{r.split}: gold most likely"] = f"{r.gold_top:.2f}"
+        rows.append(row)
+    title = (
+        "### F-GRPO positive control, hint rung: the probability of the gold's id as the first ranked id "
+        "(teacher-forced after the supervised slate; chance 0.05 among 20 ids)\n\n"
+        "Written by `experiments/fgrpo/copy_probe.py --out` from `copy_probe.csv` "
+        "(SmolLM2-135M-Instruct, scale cpu, MovieLens-100K: the control's 128 training users and 100 "
+        'evaluation users; seed 0, one run a row). "gold most likely": the share of users for whom the '
+        "gold's id is the most likely of the 20.\n\n"
+    )
+    return title + pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True) + "\n"
+
+
+def write_readings(rows: list[dict], out: Path) -> None:
+    """``out`` (CSV, the data) and the same name with ``.md`` (the table, rebuilt from the CSV)."""
+    pd.DataFrame(rows).to_csv(out, index=False, float_format="%.6f")
+    out.with_suffix(".md").write_text(readings_table(pd.read_csv(out)))
+    print(f"written to {out} and {out.with_suffix('.md')}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("runs", nargs="+", type=Path, help="run folders (a pipeline's stage folders)")
-    parser.add_argument("--out", type=Path, help="also write the readings as CSV")
+    parser.add_argument("--labels", nargs="+", help="a name for each run in the table (default: its folder)")
+    parser.add_argument(
+        "--out", type=Path, help="also write the readings as CSV, and the table beside it (.md)"
+    )
     args = parser.parse_args()
+    labels = args.labels or [str(run) for run in args.runs]
+    if len(labels) != len(args.runs):
+        parser.error(f"{len(labels)} labels for {len(args.runs)} runs")
     torch.set_num_threads(1)
 
     from omegaconf import OmegaConf
 
     from rankrl.app import build_policy, build_task
-    from rankrl.rl.task import SFTExample
-    from rankrl.tasks.fgrpo import factorized_answer, factorized_messages, sft_rank, sft_slate
 
     cfg = OmegaConf.load(args.runs[0] / "config.yaml")
     task = build_task(cfg)
-    n, k = task.slate_size, task.rank_size
-
-    def examples(pools):
-        return [
-            SFTExample(
-                p.uid,
-                factorized_messages(p, n, k),
-                factorized_answer(p, slate := sft_slate(p, n, task.seed, "first"), sft_rank(p, slate, k)),
-            )
-            for p in pools
-        ]
-
     splits = {"train": task.train_pools(), "eval": task.eval_pools(cfg.eval_split)}
+    # the supervised control's answers (the gold ranked first, fixed fillers), whatever the run trained on
+    examples = {split: task.sft_examples_for(pools, "gold_fixed") for split, pools in splits.items()}
     sizes = ", ".join(f"{len(pools)} {split} users" for split, pools in splits.items())
     print(f"construction {task.construction}: {sizes}")
     rows = []
-    for run in args.runs:
+    for run, label in zip(args.runs, labels):
         model, tok = build_policy(OmegaConf.load(run / "config.yaml"), init_from=run)
         model.eval()
         cells = []
         for split, pools in splits.items():
-            p, top = gold_at_rank_first(model, tok, examples(pools), pools)
+            p, top = gold_at_rank_first(model, tok, examples[split], pools)
             cells.append(f"{split}: p(gold) {p:.3f}, gold most likely {top:.2f}")
-            rows.append({"run": str(run), "split": split, "p_gold": p, "gold_top": top})
+            rows.append({"label": label, "run": str(run), "split": split, "p_gold": p, "gold_top": top})
         print(f"{run}: " + "; ".join(cells), flush=True)
     if args.out:
-        import pandas as pd
-
-        pd.DataFrame(rows).to_csv(args.out, index=False, float_format="%.6f")
-        print(f"written to {args.out}")
+        write_readings(rows, args.out)
 
 
 if __name__ == "__main__":

@@ -801,16 +801,23 @@ class FGRPOTask(FGRPOSettings, TaskBase):
         ]
 
     def sft_examples(self) -> list[SFTExample]:
-        """Factorized SFT: both tags, a gold slate and the gold items ranked first (``sft_target=format``: a
-        seeded slate and rank that name no gold, ``format_slate_and_rank``)."""
+        return self.sft_examples_for(self.train_pools())
+
+    def sft_examples_for(self, pools: Sequence[Pool], target: str | None = None) -> list[SFTExample]:
+        """Factorized SFT: both tags, a gold slate and the gold items ranked first (``target=format``: a
+        seeded slate and rank that name no gold, ``format_slate_and_rank``). ``target``: one of
+        ``SFT_TARGETS``, the task's ``sft_target`` by default (a probe reads another target's answers)."""
+        target = target or self.sft_target
+        if target not in SFT_TARGETS:
+            raise ValueError(f"sft target {target!r}; valid: {', '.join(SFT_TARGETS)}")
         out = []
-        for p in self.train_pools():
-            if self.sft_target == "format":
+        for p in pools:
+            if target == "format":
                 answer = factorized_answer(
                     p, *format_slate_and_rank(p, self.slate_size, self.rank_size, self.seed)
                 )
             else:
-                fill = "first" if self.sft_target == "gold_fixed" else "seeded"
+                fill = "first" if target == "gold_fixed" else "seeded"
                 slate = sft_slate(p, self.slate_size, self.seed, fill)
                 answer = factorized_answer(p, slate, sft_rank(p, slate, self.rank_size))
             out.append(

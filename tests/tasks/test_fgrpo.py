@@ -409,6 +409,23 @@ def test_sft_targets_are_perfect_answers():
     assert sft_rank(pool, sft_slate(pool, 10, 0), 5)[0] in pool.gold
 
 
+def test_sft_examples_for_any_pools_and_target_match_the_tasks_own():
+    """The task's SFT examples are ``sft_examples_for`` its training pools; another target (what a probe
+    teacher-forces) changes only the answers, and ``gold_fixed`` fills the slate with the first non-gold
+    ids."""
+    task = toy_task(slate_size=10, rank_size=5, sft_target="gold")
+    pools = task.train_pools()
+    assert task.sft_examples() == task.sft_examples_for(pools)
+    fixed = task.sft_examples_for(pools, "gold_fixed")
+    assert [e.messages for e in fixed] == [e.messages for e in task.sft_examples()]
+    for pool, ex in zip(pools, fixed):
+        others = [c.key for c in pool.candidates if c.key not in pool.gold]
+        slate = [c.key for c in pool.candidates if c.key in pool.gold or c.key in others[:9]]
+        assert ex.completion == factorized_answer(pool, slate, sft_rank(pool, slate, 5))
+    with pytest.raises(ValueError, match="valid: gold, gold_fixed, format"):
+        task.sft_examples_for(pools, "silver")
+
+
 def test_score_gives_spans_for_f_grpo_and_one_reward_for_grpo():
     for factorized in (True, False):
         task = toy_task(factorized=factorized, lam=2.0)

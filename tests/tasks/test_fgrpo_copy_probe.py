@@ -1,0 +1,49 @@
+"""experiments/fgrpo/copy_probe.py, the F-GRPO control's diagnostic: it reads the probability of the gold's
+id after ``<RANK>`` on the real (tiny) model and SmolLM2 tokenizer, refuses a target whose first ranked id
+is not the gold, and its committed table is what its committed CSV renders."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.tasks.test_fgrpo import toy_task
+
+PROBE = Path(__file__).resolve().parents[2] / "experiments" / "fgrpo" / "copy_probe.py"
+
+
+@pytest.fixture(scope="module")
+def probe():
+    spec = importlib.util.spec_from_file_location("copy_probe", PROBE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_probe_reads_a_distribution_over_the_pools_ids_on_the_real_model(probe, model_dir):
+    from rankrl.models import load_policy
+
+    model, tok = load_policy(str(model_dir / "tiny"), dtype="float32", device="cpu")
+    task = toy_task(id_style="letters", construction="hint")  # the control's rung, one token an id
+    pools = task.train_pools()[:3]
+    examples = task.sft_examples_for(pools, "gold_fixed")
+    p_gold, gold_top = probe.gold_at_rank_first(model, tok, examples, pools)
+    assert 0.0 < p_gold < 1.0 and gold_top in (0.0, 1 / 3, 2 / 3, 1.0)
+    # a target that ranks another id first is refused, not read as if it were the gold's probability
+    pool = pools[0]
+    other = next(c.key for c in pool.candidates if c.key not in pool.gold)
+    wrong = dataclasses.replace(
+        examples[0], completion=examples[0].completion.replace("<RANK>", f"<RANK>{pool.by_key[other].label} ")
+    )
+    with pytest.raises(ValueError, match="not the gold's id"):
+        probe.gold_at_rank_first(model, tok, [wrong], [pool])
+
+
+def test_committed_table_is_the_committed_readings(probe):
+    readings = pd.read_csv(PROBE.with_name("copy_probe.csv"))
+    assert set(readings["split"]) == {"train", "eval"} and readings["p_gold"].between(0, 1).all()
+    assert probe.readings_table(readings) == PROBE.with_name("copy_probe.md").read_text()
