@@ -92,6 +92,13 @@ def main() -> None:
     parser.add_argument("runs", nargs="+", type=Path, help="run folders (a pipeline's stage folders)")
     parser.add_argument("--labels", nargs="+", help="a name for each run in the table (default: its folder)")
     parser.add_argument(
+        "--splits",
+        nargs="+",
+        default=["train", "eval"],
+        choices=["train", "eval"],
+        help="which users to read (a warm start is chosen on the training users only)",
+    )
+    parser.add_argument(
         "--out", type=Path, help="also write the readings as CSV, and the table beside it (.md)"
     )
     args = parser.parse_args()
@@ -106,7 +113,8 @@ def main() -> None:
 
     cfg = OmegaConf.load(args.runs[0] / "config.yaml")
     task = build_task(cfg)
-    splits = {"train": task.train_pools(), "eval": task.eval_pools(cfg.eval_split)}
+    read = {"train": task.train_pools, "eval": lambda: task.eval_pools(cfg.eval_split)}
+    splits = {split: read[split]() for split in args.splits}
     # the supervised control's answers (the gold ranked first, fixed fillers), whatever the run trained on
     examples = {split: task.sft_examples_for(pools, "gold_fixed") for split, pools in splits.items()}
     sizes = ", ".join(f"{len(pools)} {split} users" for split, pools in splits.items())
