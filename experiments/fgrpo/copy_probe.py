@@ -78,6 +78,16 @@ def readings_table(readings: pd.DataFrame) -> str:
     return title + pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True) + "\n"
 
 
+def kept_readings(out: Path | None, runs: list[str], splits: list[str]) -> dict[str, list[dict]]:
+    """Run folder -> its rows in ``out`` (if it exists) for the splits asked for, in their order."""
+    if out is None or not out.exists():
+        return {}
+    old = pd.read_csv(out)
+    old = old[old["run"].isin(runs) & old["split"].isin(splits)]
+    rows = sorted(old.to_dict("records"), key=lambda r: splits.index(r["split"]))
+    return {run: [r for r in rows if r["run"] == run] for run in runs}
+
+
 def write_readings(rows: list[dict], out: Path) -> None:
     """``out`` (CSV, the data) and the same name with ``.md`` (the table, rebuilt from the CSV)."""
     pd.DataFrame(rows).to_csv(out, index=False, float_format="%.6f")
@@ -99,7 +109,10 @@ def main() -> None:
         help="which users to read (a warm start is chosen on the training users only)",
     )
     parser.add_argument(
-        "--out", type=Path, help="also write the readings as CSV, and the table beside it (.md)"
+        "--out",
+        type=Path,
+        help="also write the readings as CSV, and the table beside it (.md); readings of runs the CSV "
+        "already holds are kept, not read again (a finished run's weights do not change)",
     )
     args = parser.parse_args()
     labels = args.labels or [str(run) for run in args.runs]
@@ -119,8 +132,13 @@ def main() -> None:
     examples = {split: task.sft_examples_for(pools, "gold_fixed") for split, pools in splits.items()}
     sizes = ", ".join(f"{len(pools)} {split} users" for split, pools in splits.items())
     print(f"construction {task.construction}: {sizes}")
+    kept = kept_readings(args.out, [str(run) for run in args.runs], list(splits))
     rows = []
     for run, label in zip(args.runs, labels):
+        if len(kept.get(str(run), [])) == len(splits):
+            rows += [r | {"label": label} for r in kept[str(run)]]
+            print(f"{run}: kept from {args.out}")
+            continue
         model, tok = build_policy(OmegaConf.load(run / "config.yaml"), init_from=run)
         model.eval()
         cells = []

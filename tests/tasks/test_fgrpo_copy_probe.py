@@ -47,3 +47,19 @@ def test_committed_table_is_the_committed_readings(probe):
     readings = pd.read_csv(PROBE.with_name("copy_probe.csv"))
     assert set(readings["split"]) == {"train", "eval"} and readings["p_gold"].between(0, 1).all()
     assert probe.readings_table(readings) == PROBE.with_name("copy_probe.md").read_text()
+
+
+def test_readings_already_in_the_csv_are_kept_in_the_order_asked(probe, tmp_path):
+    out = tmp_path / "probe.csv"
+    assert probe.kept_readings(out, ["a"], ["train"]) == {}  # no CSV yet: nothing kept
+    probe.write_readings(
+        [
+            {"label": "A", "run": "a", "split": "eval", "p_gold": 0.2, "gold_top": 0.1},
+            {"label": "A", "run": "a", "split": "train", "p_gold": 0.3, "gold_top": 0.2},
+            {"label": "B", "run": "b", "split": "train", "p_gold": 0.9, "gold_top": 1.0},
+        ],
+        out,
+    )
+    kept = probe.kept_readings(out, ["b", "a", "c"], ["train", "eval"])
+    assert [r["split"] for r in kept["a"]] == ["train", "eval"] and kept["a"][0]["p_gold"] == 0.3
+    assert [r["split"] for r in kept["b"]] == ["train"] and kept["c"] == []  # b lacks eval: read again
