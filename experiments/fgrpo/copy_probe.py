@@ -58,7 +58,7 @@ def gold_at_rank_first(model, tok, examples, pools) -> tuple[float, float]:
     return sum(probs) / len(probs), sum(tops) / len(tops)
 
 
-def readings_table(readings: pd.DataFrame) -> str:
+def readings_table(readings: pd.DataFrame, source: str) -> str:
     """The readings as the markdown table the README cites: one row a run, two columns a split."""
     rows = []
     for (label, run), by_split in readings.groupby(["label", "run"], sort=False):
@@ -70,12 +70,13 @@ def readings_table(readings: pd.DataFrame) -> str:
     title = (
         "### F-GRPO positive control, hint rung: the probability of the gold's id as the first ranked id "
         "(teacher-forced after the supervised slate; chance 0.05 among 20 ids)\n\n"
-        "Written by `experiments/fgrpo/copy_probe.py --out` from `copy_probe.csv` "
+        f"Written by `experiments/fgrpo/copy_probe.py --out` from `{source}` "
         "(SmolLM2-135M-Instruct, scale cpu, MovieLens-100K: the control's 128 training users and 100 "
         'evaluation users; seed 0, one run a row). "gold most likely": the share of users for whom the '
         "gold's id is the most likely of the 20.\n\n"
     )
-    return title + pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True) + "\n"
+    table = pd.DataFrame(rows).fillna("-")  # a run read on one user set only (a candidate warm start)
+    return title + table.to_markdown(index=False, disable_numparse=True) + "\n"
 
 
 def kept_readings(out: Path | None, runs: list[str], splits: list[str]) -> dict[str, list[dict]]:
@@ -91,7 +92,7 @@ def kept_readings(out: Path | None, runs: list[str], splits: list[str]) -> dict[
 def write_readings(rows: list[dict], out: Path) -> None:
     """``out`` (CSV, the data) and the same name with ``.md`` (the table, rebuilt from the CSV)."""
     pd.DataFrame(rows).to_csv(out, index=False, float_format="%.6f")
-    out.with_suffix(".md").write_text(readings_table(pd.read_csv(out)))
+    out.with_suffix(".md").write_text(readings_table(pd.read_csv(out), out.name))
     print(f"written to {out} and {out.with_suffix('.md')}")
 
 

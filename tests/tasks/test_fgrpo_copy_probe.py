@@ -43,10 +43,12 @@ def test_probe_reads_a_distribution_over_the_pools_ids_on_the_real_model(probe, 
         probe.gold_at_rank_first(model, tok, [wrong], [pool])
 
 
-def test_committed_table_is_the_committed_readings(probe):
-    readings = pd.read_csv(PROBE.with_name("copy_probe.csv"))
-    assert set(readings["split"]) == {"train", "eval"} and readings["p_gold"].between(0, 1).all()
-    assert probe.readings_table(readings) == PROBE.with_name("copy_probe.md").read_text()
+@pytest.mark.parametrize("name", ["copy_probe", "copy_probe_selection"])
+def test_committed_tables_are_the_committed_readings(probe, name):
+    readings = pd.read_csv(PROBE.with_name(f"{name}.csv"))
+    assert set(readings["split"]) <= {"train", "eval"} and readings["p_gold"].between(0, 1).all()
+    table = probe.readings_table(readings, f"{name}.csv")
+    assert table == PROBE.with_name(f"{name}.md").read_text()
 
 
 def test_readings_already_in_the_csv_are_kept_in_the_order_asked(probe, tmp_path):
