@@ -378,11 +378,14 @@ def split_items(content: str, separators: re.Pattern = _SPLIT_IDS) -> list[str]:
 
 @dataclass(frozen=True)
 class Phase:
-    """One tag's content: its distinct normalised items and the character range of the content."""
+    """One tag's content: its distinct normalised items, the character range of the content, and that of the
+    whole ``<tag>...</tag>`` (where ``delimiters_in_loss`` puts the span)."""
 
     items: tuple[str, ...]
     start: int
     end: int
+    tag_start: int
+    tag_end: int
 
 
 def find_phase(
@@ -403,7 +406,8 @@ def find_phase(
     content = text[found.end() : close.start()]
     if _ANY_TAG.search(content):
         return None, start
-    return Phase(tuple(split_items(content, separators)), found.end(), close.start()), close.end()
+    items = tuple(split_items(content, separators))
+    return Phase(items, found.end(), close.start(), found.start(), close.end()), close.end()
 
 
 @dataclass(frozen=True)
@@ -478,12 +482,15 @@ class Judged:
     rank_range: tuple[int, int] | None
 
 
-def judge_completion(text: str, pool: Pool, n: int = SLATE_SIZE, k: int = RANK_SIZE) -> Judged:
+def judge_completion(
+    text: str, pool: Pool, n: int = SLATE_SIZE, k: int = RANK_SIZE, delimiters: bool = False
+) -> Judged:
     """Apply the case rules to one completion (the rewards themselves come from ``phase_rewards``).
 
     Only the first n distinct slate items and the first k distinct ranked items count. Spans cover the tag
-    *contents*, so delimiters get no gradient; with no slate the whole completion carries both penalties,
-    with a bad rank the text after ``</SLATE>`` carries the rank penalty.
+    *contents*, so delimiters get no gradient (the paper's C.2), or with ``delimiters`` each whole
+    ``<tag>...</tag>``, so the closing tag is credited with its phase's reward; with no slate the whole
+    completion carries both penalties, with a bad rank the text after ``</SLATE>`` carries the rank penalty.
     """
     if not isinstance(text, str):
         text = ""
@@ -493,14 +500,19 @@ def judge_completion(text: str, pool: Pool, n: int = SLATE_SIZE, k: int = RANK_S
         return Judged("no_slate", (), (), whole, whole)
     slate_items = parsed.slate.items[:n]
     slate = tuple(keys_of(slate_items, pool))
-    slate_range = (parsed.slate.start, parsed.slate.end)
+    slate_range = span_of(parsed.slate, delimiters)
     if parsed.rank is None or not parsed.rank.items:
         tail = (parsed.after_slate, len(text)) if parsed.after_slate < len(text) else None
         return Judged("bad_rank", slate, (), slate_range, tail)
     rank_items = parsed.rank.items[:k]
     rank = tuple(keys_of(rank_items, pool))
     status = "ok" if set(rank_items) <= set(slate_items) else "outside_slate"
-    return Judged(status, slate, rank, slate_range, (parsed.rank.start, parsed.rank.end))
+    return Judged(status, slate, rank, slate_range, span_of(parsed.rank, delimiters))
+
+
+def span_of(phase: Phase, delimiters: bool) -> tuple[int, int]:
+    """The character range a phase's advantage drives: its content, or with ``delimiters`` its tags too."""
+    return (phase.tag_start, phase.tag_end) if delimiters else (phase.start, phase.end)
 
 
 def phase_rewards(
@@ -686,6 +698,10 @@ class FGRPOSettings:
             gold candidates' ids) or ``popularity`` (each candidate shows its
             training interactions). Controls need abstract ids (``item_ids``),
             where the shown text is apart from the label the answer writes.
+        delimiters_in_loss: False (the paper's C.2): the tags get no gradient; True: each phase's span
+            covers its tags, so a slate that closes is credited for closing (#41's diagnosis of run-on
+            slates: with the tags masked, a well-rewarded slate reinforces "write another item" at every
+            item but never "close here").
         seed: the QA id shuffle and the SFT fillers.
     """
 
@@ -710,6 +726,7 @@ class FGRPOSettings:
     num_candidates: int = conf_default("task/fgrpo", "num_candidates")
     construction: str = conf_default("task/fgrpo", "construction")
     sft_target: str = conf_default("task/fgrpo", "sft_target")
+    delimiters_in_loss: bool = conf_default("task/fgrpo", "delimiters_in_loss")
     seed: int = 0
     _pools: dict[str, list[Pool]] = field(default_factory=dict, init=False, repr=False)
 
@@ -834,7 +851,10 @@ class FGRPOTask(FGRPOSettings, TaskBase):
         if len(examples) != len(completions):
             raise ValueError(f"{len(examples)} examples for {len(completions)} completions: need one each")
         pools = [e.target for e in examples]
-        judged = [judge_completion(c, p, self.slate_size, self.rank_size) for c, p in zip(completions, pools)]
+        judged = [
+            judge_completion(c, p, self.slate_size, self.rank_size, self.delimiters_in_loss)
+            for c, p in zip(completions, pools)
+        ]
         r_slate, r_rank = phase_rewards(judged, pools, self.rank_size, self.slate_reward, self.format_penalty)
         combined = r_slate + self.lam * r_rank
         ok = torch.tensor([j.status == "ok" for j in judged], dtype=torch.bool)

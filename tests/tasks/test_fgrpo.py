@@ -590,6 +590,63 @@ def test_on_a_real_batch_rank_reward_moves_only_rank_advantages_and_delimiters_g
     assert not torch.allclose(rank_a, rank_b)
 
 
+def test_delimiters_in_loss_puts_each_tag_in_its_phase_span_and_gives_closing_tags_gradient(model_dir):
+    """task.delimiters_in_loss=true (#41's diagnosis arm): on a real batch every token of
+    ``<SLATE>...</SLATE>`` is in the slate mask and every token of ``<RANK>...</RANK>`` in the rank mask, so
+    the closing tags get gradient; the newline between the phases and end of turn stay in neither. The default keeps the paper's
+    C.2 (the test above)."""
+    from rankrl.models import load_policy
+    from rankrl.rl.config import TrainerConfig
+    from rankrl.rl.steps import GRPOStep
+
+    policy, tok = load_policy(str(model_dir / "tiny"), dtype="float32", device="cpu")
+    task = toy_task(id_style="letters", delimiters_in_loss=True)
+    example = task.train_examples()[0]
+    pool = example.target
+    gold = [c.key for c in pool.candidates if c.key in pool.gold]
+    others = [c.key for c in pool.candidates if c.key not in pool.gold]
+    texts = [
+        answer(pool, gold + others[:9], gold + others[:4]),
+        answer(pool, others[:10], others[:5]),
+        answer(pool, gold + others[2:11], others[:4] + gold),
+        answer(pool, others[3:13], others[3:8]),
+    ]
+    cfg = TrainerConfig(
+        group_size=4,
+        micro_batch_size=8,
+        advantage="dr_grpo",
+        loss_agg="grpo",
+        span_weights={"rank": 1.0},
+        shared_prefix=False,
+    )
+    rows, flat, rollouts, batch = real_batch(task, tok, [texts], [example])
+    scores = task.score(rows, flat)
+    adv = GRPOStep.advantages(SimpleNamespace(cfg=cfg, tokenizer=tok), scores, rollouts, batch)
+    assert all(adv.advantages[k].abs().sum() > 0 for k in ("slate", "rank"))
+    grad = logits_grad(policy, batch, adv, cfg)
+    for row, (text, ids) in enumerate(zip(flat, rollouts.completion_ids)):
+        whole = {tag: re.search(f"<{tag}>.*?</{tag}>", text, re.DOTALL).span() for tag in ("SLATE", "RANK")}
+        closing = {tag: (whole[tag][1] - len(f"</{tag}>"), whole[tag][1]) for tag in whole}
+        pos = 0
+        for t, tok_id in enumerate(ids):
+            piece = tok.decode([tok_id], skip_special_tokens=True)
+            inside = {
+                tag: bool(piece) and lo <= pos and pos + len(piece) <= hi for tag, (lo, hi) in whole.items()
+            }
+            assert adv.masks["slate"][row, t] == inside["SLATE"], (row, t, piece)
+            assert adv.masks["rank"][row, t] == inside["RANK"], (row, t, piece)
+            in_closing_tag = any(bool(piece) and lo <= pos < hi for lo, hi in closing.values())
+            if in_closing_tag:
+                a = adv.advantages["slate" if inside["SLATE"] else "rank"][row]
+                assert (grad[row, t] > 0) == bool(a != 0), (row, t, piece)
+            pos += len(piece)
+    # the default masks them: the same texts put no tag token in either span
+    paper = toy_task(id_style="letters")
+    spans = paper.score(rows, flat).spans
+    for row, text in enumerate(flat):
+        assert spans["slate"].ranges[row] == re.search("<SLATE>(.*?)</SLATE>", text, re.DOTALL).span(1)
+
+
 # ------------------------------------------------------------------------------------------- evaluation
 
 
