@@ -593,8 +593,8 @@ def test_on_a_real_batch_rank_reward_moves_only_rank_advantages_and_delimiters_g
 def test_delimiters_in_loss_puts_each_tag_in_its_phase_span_and_gives_closing_tags_gradient(model_dir):
     """task.delimiters_in_loss=true (#41's diagnosis arm): on a real batch every token of
     ``<SLATE>...</SLATE>`` is in the slate mask and every token of ``<RANK>...</RANK>`` in the rank mask, so
-    the closing tags get gradient; the newline between the phases and end of turn stay in neither. The default keeps the paper's
-    C.2 (the test above)."""
+    the closing tags get gradient; the newline between the phases and end of turn stay in neither. The
+    default keeps the paper's C.2 (the test above)."""
     from rankrl.models import load_policy
     from rankrl.rl.config import TrainerConfig
     from rankrl.rl.steps import GRPOStep
