@@ -72,7 +72,8 @@ def readings_table(readings: pd.DataFrame, source: str) -> str:
         "(teacher-forced after the supervised slate; chance 0.05 among 20 ids)\n\n"
         f"Written by `experiments/fgrpo/copy_probe.py --out` from `{source}` "
         "(SmolLM2-135M-Instruct, scale cpu, MovieLens-100K: the control's 128 training users and 100 "
-        'evaluation users; seed 0, one run a row). "gold most likely": the share of users for whom the '
+        "evaluation users; one run a row, its seed the `seedK` in its folder). "
+        '"gold most likely": the share of users for whom the '
         "gold's id is the most likely of the 20.\n\n"
     )
     table = pd.DataFrame(rows).fillna("-")  # a run read on one user set only (a candidate warm start)
