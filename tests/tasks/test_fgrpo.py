@@ -493,12 +493,27 @@ def logits_grad(model, batch, advantages, cfg):
     return probe.logits.grad[:, :-1].abs().sum(-1)  # (N, T): gradient mass on each completion token's logits
 
 
+def span_loss_config():
+    """F-GRPO's loss settings (one group of 4, Dr. GRPO advantages, lambda 1) in one forward, so a logits
+    probe holds every completion column (the shared-prefix forward's span gradients equal these:
+    tests/rl/test_shared_prefix.py)."""
+    from rankrl.rl.config import TrainerConfig
+
+    return TrainerConfig(
+        group_size=4,
+        micro_batch_size=8,
+        advantage="dr_grpo",
+        loss_agg="grpo",
+        span_weights={"rank": 1.0},
+        shared_prefix=False,
+    )
+
+
 def test_on_a_real_batch_rank_reward_moves_only_rank_advantages_and_delimiters_get_no_gradient(model_dir):
     """A real F-GRPO batch: MovieLens-like pools, the tiny model and its (SmolLM2) tokenizer, completions in
     the trained format. Changing only the ranks (so only R_rank) changes only the rank advantages and the
     gradient on rank tokens; delimiter tokens (the tags, the newline between them, end of turn) get none."""
     from rankrl.models import load_policy
-    from rankrl.rl.config import TrainerConfig
     from rankrl.rl.spans import SpanBatch
     from rankrl.rl.steps import GRPOStep
 
@@ -523,16 +538,7 @@ def test_on_a_real_batch_rank_reward_moves_only_rank_advantages_and_delimiters_g
 
     before = [completions(p, [True, True, True, True]) for p in pools]
     after = [completions(p, [False, True, True, False]) for p in pools]  # the gold item pushed to rank 5
-    # one forward, so the probe holds every completion column's logits (the shared-prefix forward's span
-    # gradients equal these: tests/rl/test_shared_prefix.py)
-    cfg = TrainerConfig(
-        group_size=4,
-        micro_batch_size=8,
-        advantage="dr_grpo",
-        loss_agg="grpo",
-        span_weights={"rank": 1.0},
-        shared_prefix=False,
-    )
+    cfg = span_loss_config()
     step = SimpleNamespace(cfg=cfg, tokenizer=tok)  # GRPOStep.advantages needs only these
     results = []
     for texts in (before, after):
@@ -596,7 +602,6 @@ def test_delimiters_in_loss_puts_each_tag_in_its_phase_span_and_gives_closing_ta
     the closing tags get gradient; the newline between the phases and end of turn stay in neither. The
     default keeps the paper's C.2 (the test above)."""
     from rankrl.models import load_policy
-    from rankrl.rl.config import TrainerConfig
     from rankrl.rl.steps import GRPOStep
 
     policy, tok = load_policy(str(model_dir / "tiny"), dtype="float32", device="cpu")
@@ -611,14 +616,7 @@ def test_delimiters_in_loss_puts_each_tag_in_its_phase_span_and_gives_closing_ta
         answer(pool, gold + others[2:11], others[:4] + gold),
         answer(pool, others[3:13], others[3:8]),
     ]
-    cfg = TrainerConfig(
-        group_size=4,
-        micro_batch_size=8,
-        advantage="dr_grpo",
-        loss_agg="grpo",
-        span_weights={"rank": 1.0},
-        shared_prefix=False,
-    )
+    cfg = span_loss_config()
     rows, flat, rollouts, batch = real_batch(task, tok, [texts], [example])
     scores = task.score(rows, flat)
     adv = GRPOStep.advantages(SimpleNamespace(cfg=cfg, tokenizer=tok), scores, rollouts, batch)
