@@ -8,7 +8,9 @@ advantage from the configured estimator, and the policy loss is the weighted sum
 
 Each L_k is aggregated exactly like a whole-completion loss restricted to its mask, so the identity holds
 under every aggregation (``grpo``, ``dr_grpo``, ``dapo``). Tokens inside no span (delimiters, the end of
-turn) appear in no mask, so they count in neither a loss nor its normaliser and get zero gradient.
+turn) appear in no mask, so they count in neither a loss nor its normaliser and get zero gradient. A span
+may claim the end of turn (``Span.end_of_turn``): an eos decodes to no character, so no character range can
+hold it, yet it is a decision (to stop) that a reward can judge.
 """
 
 from __future__ import annotations
@@ -93,8 +95,12 @@ def incremental_char_ends(completion_ids: Sequence[int], tokenizer: Any, text: s
     return ends
 
 
-def span_token_mask(char_ends: Sequence[int], char_range: CharRange | None, width: int) -> Tensor:
-    """(width,) mask of the tokens lying wholly inside ``char_range``; empty tokens belong to no span.
+def span_token_mask(
+    char_ends: Sequence[int], char_range: CharRange | None, width: int, end_of_turn_at: int | None = None
+) -> Tensor:
+    """(width,) mask of the tokens lying wholly inside ``char_range``; empty tokens belong to no span,
+    except, when ``end_of_turn_at`` is the text's length, the empty tokens after its last character (the
+    end of turn).
 
     A token that straddles a range boundary (e.g. one holding the end of a list and the closing tag) is
     left out: it is partly a delimiter.
@@ -106,6 +112,8 @@ def span_token_mask(char_ends: Sequence[int], char_range: CharRange | None, widt
     start = 0
     for t, end in enumerate(char_ends):
         if end > start and lo <= start and end <= hi:
+            mask[t] = 1.0
+        elif end == start == end_of_turn_at:
             mask[t] = 1.0
         start = end
     return mask
@@ -124,7 +132,12 @@ def span_masks(
         found = token_char_ends(ids, tokenizer, text)
         ends.append(found if found is not None else incremental_char_ends(ids, tokenizer, text))
     return {
-        name: torch.stack([span_token_mask(e, r, width) for e, r in zip(ends, span.ranges)])
+        name: torch.stack(
+            [
+                span_token_mask(e, r, width, len(text) if span.end_of_turn else None)
+                for e, r, text in zip(ends, span.ranges, texts)
+            ]
+        )
         for name, span in spans.items()
     }
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import torch
@@ -37,7 +37,7 @@ from rankrl.rl.batch import (
 from rankrl.rl.config import STEP_TYPES, TrainerConfig
 from rankrl.rl.losses import count_loss_items, policy_loss
 from rankrl.rl.spans import SpanBatch, span_advantages, span_masks, span_weights
-from rankrl.rl.task import SFTExample, Span, TrainTask
+from rankrl.rl.task import SFTExample, TrainTask
 from rankrl.rollout.base import RolloutEngine, Rollouts
 from rankrl.rollout.hf import render_prompts
 
@@ -148,7 +148,7 @@ class GRPOStep:
         if not scores.spans:
             rewards = ddp.gather_rows(scores.rewards.float())  # batch-level estimators need every rank
             return ddp.local_rows(self.advantage_fn(rewards, self.cfg.group_size), n)
-        gathered = {k: Span(ddp.gather_rows(s.rewards.float()), s.ranges) for k, s in scores.spans.items()}
+        gathered = {k: replace(s, rewards=ddp.gather_rows(s.rewards.float())) for k, s in scores.spans.items()}
         adv = {
             k: ddp.local_rows(v, n)
             for k, v in span_advantages(gathered, self.cfg.advantage, self.cfg.group_size).items()

@@ -79,10 +79,14 @@ class Span:
         rewards: (N,) the span's reward per completion.
         ranges: N character ranges ``(start, end)`` into each completion's text, or None where the
             completion has no such span (its tokens then get no gradient from this span).
+        end_of_turn: whether the span also drives the end of turn (the empty tokens after the text's last
+            character, e.g. the eos) in each completion where it has a range: the decision to stop is then
+            credited with this span's reward. By default the end of turn is in no span.
     """
 
     rewards: torch.Tensor
     ranges: Sequence[CharRange | None]
+    end_of_turn: bool = False
 
 
 @dataclass

@@ -515,6 +515,12 @@ def span_of(phase: Phase, delimiters: bool) -> tuple[int, int]:
     return (phase.tag_start, phase.tag_end) if delimiters else (phase.start, phase.end)
 
 
+def stop_range(text: Any) -> tuple[int, int]:
+    """The empty range at a completion's end: with ``Span.end_of_turn`` it holds only the end of turn."""
+    end = len(text) if isinstance(text, str) else 0
+    return (end, end)
+
+
 def phase_rewards(
     judged: Sequence[Judged],
     pools: Sequence[Pool],
@@ -702,6 +708,10 @@ class FGRPOSettings:
             covers its tags, so a slate that closes is credited for closing (#41's diagnosis of run-on
             slates: with the tags masked, a well-rewarded slate reinforces "write another item" at every
             item but never "close here").
+        end_of_turn_in_rank: False (the paper's C.2: the end of turn is a delimiter, in no span); True:
+            the rank span also drives the end of turn, so stopping is credited with R_rank, and a
+            completion that stops right after ``</SLATE>`` gets the rank penalty on its eos (#41: with the
+            tags in the loss, stopping after a good slate was never blamed).
         seed: the QA id shuffle and the SFT fillers.
     """
 
@@ -727,6 +737,7 @@ class FGRPOSettings:
     construction: str = conf_default("task/fgrpo", "construction")
     sft_target: str = conf_default("task/fgrpo", "sft_target")
     delimiters_in_loss: bool = conf_default("task/fgrpo", "delimiters_in_loss")
+    end_of_turn_in_rank: bool = conf_default("task/fgrpo", "end_of_turn_in_rank")
     seed: int = 0
     _pools: dict[str, list[Pool]] = field(default_factory=dict, init=False, repr=False)
 
@@ -860,9 +871,12 @@ class FGRPOTask(FGRPOSettings, TaskBase):
         ok = torch.tensor([j.status == "ok" for j in judged], dtype=torch.bool)
         spans = None
         if self.factorized:
+            rank_ranges = [j.rank_range for j in judged]
+            if self.end_of_turn_in_rank:  # a stop right after </SLATE> leaves no rank text, only the eos
+                rank_ranges = [r or stop_range(c) for r, c in zip(rank_ranges, completions)]
             spans = {
                 "slate": Span(r_slate, [j.slate_range for j in judged]),
-                "rank": Span(r_rank, [j.rank_range for j in judged]),
+                "rank": Span(r_rank, rank_ranges, end_of_turn=self.end_of_turn_in_rank),
             }
         return Scores(
             combined, ok, {"slate": r_slate, "rank": r_rank}, training_metrics(judged, pools), spans

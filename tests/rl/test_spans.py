@@ -174,3 +174,30 @@ def test_span_token_mask_excludes_straddling_and_empty_tokens():
     mask = span_token_mask(ends, (3, 10), 6)
     assert mask.tolist() == [0, 0, 1, 0, 0, 0]
     assert span_token_mask(ends, None, 6).sum() == 0
+
+
+def test_a_span_claiming_the_end_of_turn_gets_only_the_empty_tokens_after_the_last_character():
+    """An eos decodes to no character, so no range holds it; ``end_of_turn_at`` (the text's length) gives
+    a span the empty tokens after the text ends, and never an empty token inside it."""
+    ends = [3, 3, 8, 12, 12, 12]  # token 1 empty mid-text; tokens 4, 5 after the last character (eos, pad-like)
+    assert span_token_mask(ends, (8, 12), 7).tolist() == [0, 0, 0, 1, 0, 0, 0]
+    assert span_token_mask(ends, (8, 12), 7, end_of_turn_at=12).tolist() == [0, 0, 0, 1, 1, 1, 0]
+    assert span_token_mask(ends, (12, 12), 7, end_of_turn_at=12).tolist() == [0, 0, 0, 0, 1, 1, 0]
+    assert span_token_mask(ends, (0, 3), 7, end_of_turn_at=12).tolist() == [1, 0, 0, 0, 1, 1, 0]
+    assert span_token_mask(ends, None, 7, end_of_turn_at=12).sum() == 0  # no range: no part of this one
+
+
+def test_span_masks_give_the_eos_only_to_the_span_that_claims_the_end_of_turn(model_dir):
+    from rankrl.models import load_policy
+
+    _, tok = load_policy(str(model_dir / "tiny"), dtype="float32", device="cpu")
+    text = "<A>x y</A>"
+    ids = tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    spans = {
+        "a": Span(torch.zeros(1), [(0, len(text))]),
+        "b": Span(torch.zeros(1), [(len(text), len(text))], end_of_turn=True),
+    }
+    masks = span_masks(spans, [ids], [text], tok, len(ids) + 1)
+    eos = len(ids) - 1
+    assert masks["a"][0, :eos].sum() == eos and masks["a"][0, eos:].sum() == 0
+    assert masks["b"][0].tolist() == [0.0] * eos + [1.0, 0.0]  # the eos, not the padding after it

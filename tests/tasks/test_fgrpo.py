@@ -848,3 +848,45 @@ def test_popularity_baseline_ranks_by_training_counts_with_no_model():
     with pytest.raises(ValueError, match="recommendation benchmark"):
         PopularityTask(benchmark="hotpotqa")
     assert not any(hasattr(task, m) for m in ("train_examples", "sft_examples", "score"))
+
+
+def test_end_of_turn_in_rank_blames_a_stop_right_after_the_slate_on_its_eos(model_dir):
+    """task.end_of_turn_in_rank=true (#41's stop-after-slate arm): on a real batch the eos of every
+    completion is in the rank mask, so a completion that stops right after ``</SLATE>`` (no rank text at
+    all) gets R_rank's penalty on its eos and the update lowers the eos logit there; with the default the
+    eos is in no span and gets no gradient, which is the hole the arm closes."""
+    from rankrl.models import load_policy
+    from rankrl.rl.steps import GRPOStep, backward_batch
+
+    policy, tok = load_policy(str(model_dir / "tiny"), dtype="float32", device="cpu")
+    cfg = span_loss_config()
+    for claimed in (False, True):
+        task = toy_task(id_style="letters", delimiters_in_loss=True, end_of_turn_in_rank=claimed)
+        example = task.train_examples()[0]
+        pool = example.target
+        gold = [c.key for c in pool.candidates if c.key in pool.gold]
+        others = [c.key for c in pool.candidates if c.key not in pool.gold]
+        good = answer(pool, gold + others[:9], gold + others[:4])
+        slate_only = good[: good.index("</SLATE>") + len("</SLATE>")]
+        texts = [good, slate_only, slate_only + "\n", answer(pool, others[:10], others[:5])]
+        rows, flat, rollouts, batch = real_batch(task, tok, [texts], [example])
+        scores = task.score(rows, flat)
+        assert scores.metrics["bad_rank_rate"] == 0.5
+        adv = GRPOStep.advantages(SimpleNamespace(cfg=cfg, tokenizer=tok), scores, rollouts, batch)
+        probe = LogitsProbe(policy)
+        policy.zero_grad(set_to_none=True)
+        backward_batch(probe, batch, adv, cfg)
+        grad = probe.logits.grad[:, :-1]  # column t predicts completion token t
+        for row, ids in enumerate(rollouts.completion_ids):
+            eos = len(ids) - 1
+            assert adv.masks["slate"][row, eos] == 0
+            assert adv.masks["rank"][row, eos] == float(claimed), (claimed, row)
+            eos_grad = grad[row, eos, tok.eos_token_id]
+            if not claimed:
+                assert grad[row, eos].abs().sum() == 0, row
+            elif row == 1:  # stopped right after </SLATE>: the rank penalty, so descent lowers the eos logit
+                assert adv.advantages["rank"][row] < 0 and eos_grad > 0
+            # the text tokens keep the delimiters arm's masks: the newline of row 2 is the rank's tail
+            if row == 2:
+                newline = eos - 1
+                assert tok.decode([ids[newline]]) == "\n" and adv.masks["rank"][row, newline] == 1
