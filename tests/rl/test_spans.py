@@ -179,7 +179,7 @@ def test_span_token_mask_excludes_straddling_and_empty_tokens():
 def test_a_span_claiming_the_end_of_turn_gets_only_the_empty_tokens_after_the_last_character():
     """An eos decodes to no character, so no range holds it; ``end_of_turn_at`` (the text's length) gives
     a span the empty tokens after the text ends, and never an empty token inside it."""
-    ends = [3, 3, 8, 12, 12, 12]  # token 1 empty mid-text; tokens 4, 5 after the last character (eos, pad-like)
+    ends = [3, 3, 8, 12, 12, 12]  # token 1 empty mid-text; tokens 4 and 5 after the last character
     assert span_token_mask(ends, (8, 12), 7).tolist() == [0, 0, 0, 1, 0, 0, 0]
     assert span_token_mask(ends, (8, 12), 7, end_of_turn_at=12).tolist() == [0, 0, 0, 1, 1, 1, 0]
     assert span_token_mask(ends, (12, 12), 7, end_of_turn_at=12).tolist() == [0, 0, 0, 0, 1, 1, 0]
