@@ -14,7 +14,7 @@ A policy that copies the hint line scores ~1.0 on both; one that ignores it ~0.0
 
 The full command behind the committed readings is in the README's positive control.
 
-The task (construction, ids, pools) is the first run's own config. Reads only; trains nothing, tunes
+The task (construction, ids, pools) is the first present run's own config. Reads only; trains nothing, tunes
 nothing. One CPU thread: 3-4 min a run for 128 + 100 users (11 min for three beside a 2-thread run).
 """
 
@@ -126,7 +126,11 @@ def main() -> None:
 
     from rankrl.app import build_policy, build_task
 
-    cfg = OmegaConf.load(args.runs[0] / "config.yaml")
+    # the first run folder present: the rows of runs already in --out are kept without their folders
+    present = [run for run in args.runs if (run / "config.yaml").exists()]
+    if not present:
+        parser.error("none of the run folders holds a config.yaml: run the pipeline first")
+    cfg = OmegaConf.load(present[0] / "config.yaml")
     task = build_task(cfg)
     read = {"train": task.train_pools, "eval": lambda: task.eval_pools(cfg.eval_split)}
     splits = {split: read[split]() for split in args.splits}
@@ -141,6 +145,8 @@ def main() -> None:
             rows += [r | {"label": label} for r in kept[str(run)]]
             print(f"{run}: kept from {args.out}")
             continue
+        if run not in present:
+            parser.error(f"{run}: no config.yaml there, and no reading of it in {args.out}")
         model, tok = build_policy(OmegaConf.load(run / "config.yaml"), init_from=run)
         model.eval()
         cells = []
