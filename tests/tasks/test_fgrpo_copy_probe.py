@@ -65,3 +65,16 @@ def test_readings_already_in_the_csv_are_kept_in_the_order_asked(probe, tmp_path
     kept = probe.kept_readings(out, ["b", "a", "c"], ["train", "eval"])
     assert [r["split"] for r in kept["a"]] == ["train", "eval"] and kept["a"][0]["p_gold"] == 0.3
     assert [r["split"] for r in kept["b"]] == ["train"] and kept["c"] == []  # b lacks eval: read again
+
+
+def test_with_no_run_folder_present_it_says_so_before_loading_anything(probe, tmp_path, monkeypatch, capsys):
+    """The task comes from the first run folder present (the rows of the others may be kept in --out); with
+    none present the command stops with the reason, not a missing-file traceback."""
+    import sys
+
+    monkeypatch.setattr(
+        sys, "argv", ["copy_probe.py", str(tmp_path / "gone"), "--out", str(tmp_path / "p.csv")]
+    )
+    with pytest.raises(SystemExit):
+        probe.main()
+    assert "none of the run folders holds a config.yaml" in capsys.readouterr().err
