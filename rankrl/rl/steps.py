@@ -148,8 +148,9 @@ class GRPOStep:
         if not scores.spans:
             rewards = ddp.gather_rows(scores.rewards.float())  # batch-level estimators need every rank
             return ddp.local_rows(self.advantage_fn(rewards, self.cfg.group_size), n)
-        spans = scores.spans
-        gathered = {k: replace(s, rewards=ddp.gather_rows(s.rewards.float())) for k, s in spans.items()}
+        gathered = {
+            k: replace(s, rewards=ddp.gather_rows(s.rewards.float())) for k, s in scores.spans.items()
+        }
         adv = {
             k: ddp.local_rows(v, n)
             for k, v in span_advantages(gathered, self.cfg.advantage, self.cfg.group_size).items()

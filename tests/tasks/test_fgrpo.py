@@ -484,13 +484,18 @@ def real_batch(task, tok, texts_per_example, examples):
     return rows, texts, rollouts, to_policy_batch(rollouts, tok.pad_token_id)
 
 
-def logits_grad(model, batch, advantages, cfg):
+def logits_gradient(model, batch, advantages, cfg):
+    """(N, T, V): the loss's gradient on the logits that predict each completion token."""
     from rankrl.rl.steps import backward_batch
 
     probe = LogitsProbe(model)
     model.zero_grad(set_to_none=True)
     backward_batch(probe, batch, advantages, cfg)
-    return probe.logits.grad[:, :-1].abs().sum(-1)  # (N, T): gradient mass on each completion token's logits
+    return probe.logits.grad[:, :-1]
+
+
+def logits_grad(model, batch, advantages, cfg):
+    return logits_gradient(model, batch, advantages, cfg).abs().sum(-1)  # (N, T): gradient mass per token
 
 
 def span_loss_config():
@@ -856,7 +861,7 @@ def test_end_of_turn_in_rank_blames_a_stop_right_after_the_slate_on_its_eos(mode
     all) gets R_rank's penalty on its eos and the update lowers the eos logit there; with the default the
     eos is in no span and gets no gradient, which is the hole the arm closes."""
     from rankrl.models import load_policy
-    from rankrl.rl.steps import GRPOStep, backward_batch
+    from rankrl.rl.steps import GRPOStep
 
     policy, tok = load_policy(str(model_dir / "tiny"), dtype="float32", device="cpu")
     cfg = span_loss_config()
@@ -873,10 +878,7 @@ def test_end_of_turn_in_rank_blames_a_stop_right_after_the_slate_on_its_eos(mode
         scores = task.score(rows, flat)
         assert scores.metrics["bad_rank_rate"] == 0.5
         adv = GRPOStep.advantages(SimpleNamespace(cfg=cfg, tokenizer=tok), scores, rollouts, batch)
-        probe = LogitsProbe(policy)
-        policy.zero_grad(set_to_none=True)
-        backward_batch(probe, batch, adv, cfg)
-        grad = probe.logits.grad[:, :-1]  # column t predicts completion token t
+        grad = logits_gradient(policy, batch, adv, cfg)
         for row, ids in enumerate(rollouts.completion_ids):
             eos = len(ids) - 1
             assert adv.masks["slate"][row, eos] == 0
