@@ -11,7 +11,8 @@ spread over seeds as the band or error bar):
 - a section per result table of ``tables.yaml``: a bar chart per metric, ``eval/<metric>`` (the final
   evaluation, which every run puts in its W&B summary), one bar per experiment;
 - a section per figure of ``figures.yaml``: a line plot per panel, its series per step with the min-max band
-  over seeds (reward curves, GRAPE's Fig. 5 probes, F-GRPO's lambda and n sweeps);
+  over seeds, or a line per seed for a figure with ``seeds: each`` (reward curves, GRAPE's Fig. 5 probes,
+  F-GRPO's lambda and n sweeps and its control's seeds);
 - where ``figures.yaml`` has ``rounds`` (pipelines whose stages alternate, as CoGR's): the final metrics of
   each stage, grouped by the stage's W&B job type, so the rounds line up.
 
@@ -76,9 +77,10 @@ def workspace_spec(paper: str, experiments_dir: Path = EXPERIMENTS_DIR) -> dict[
         panels = []
         for panel in figure["panels"]:
             panel = {"series": panel} if isinstance(panel, str) else panel
-            panels.append(
-                {"kind": "line", "title": panel.get("label", panel["series"]), "keys": [panel["series"]]}
-            )
+            line = {"kind": "line", "title": panel.get("label", panel["series"]), "keys": [panel["series"]]}
+            if figure.get("seeds") == "each":  # as the PNG draws it: a line per seed, no mean over them
+                line["each_seed"] = True
+            panels.append(line)
         sections.append({"name": figure.get("title", figure["name"]), "panels": panels})
     if figures_path.exists():  # pipelines whose stages alternate: each stage's final metrics, by job type
         for rounds in load_rounds(figures_path):
@@ -105,6 +107,8 @@ def build_workspace(spec: Mapping[str, Any], entity: str, project: str = PROJECT
     group = wr.Config(GROUP_KEY)  # a panel's grouping (reports' Config); the runset's is the expression below
 
     def panel(p: Mapping[str, Any]) -> Any:
+        if p["kind"] == "line" and p.get("each_seed"):  # per step, every run (seed) its own line
+            return wr.LinePlot(title=p["title"], y=list(p["keys"]))
         if p["kind"] == "line":  # per step, seeds as the mean with their min-max band
             return wr.LinePlot(
                 title=p["title"],

@@ -15,6 +15,7 @@ figures.yaml
         model: qwen3-4b                     # optional: draw only this model's runs, or
         per_model: true                     #   one figure per model found, named <name>_<model>
         benchmark: flickr30k-cn             # optional: only runs on this benchmark (a benchmark sweep)
+        seeds: each                         # optional: each seed its own line (default: mean, min-max band)
         runs:                               # experiment names (metrics.json / config experiment_name)
           - rankr1/warmstart_grpo_dl19      #   a bare name: labelled by its name
           - {experiment: grape/sim_reward, label: similarity reward}   # or with a legend label
@@ -33,14 +34,15 @@ evaluations stage after stage, from its stages' ``metrics.json`` (:mod:`rankrl.r
 Runs and seeds
 --------------
 Every seed found for an experiment is drawn: one seed as a line; several as their mean (over the seeds that
-logged that step) with a min-max band. Per (experiment, seed) the newest run folder is used, as the tables
-do. Without ``model`` or ``per_model`` that is the newest run of any model, so an experiment run for several
-models (a CPU model and the paper's) needs ``model: <name>`` (that model's runs only) or ``per_model: true``
-(one figure per model among the figure's runs, ``<name>_<model>.png``). Likewise an experiment swept over
-benchmarks (GRAPE's, a run folder per benchmark) needs ``benchmark: <name>``: the runs whose metrics.json (or
-config's ``benchmark.name``) names that benchmark. A run is found by its
-``metrics.json`` or, before it has one (still training, or killed), by its
-``config.yaml`` / ``.hydra/config.yaml`` (Hydra writes the latter when the run starts); see
+logged that step) with a min-max band, or with ``seeds: each`` each seed as its own line (where seeds part
+ways, e.g. one collapses, a mean draws a path no seed took; such a figure takes no ``smooth``). Per
+(experiment, seed) the newest run folder is used, as the tables do. Without ``model`` or ``per_model`` that is
+the newest run of any model, so an experiment run for several models (a CPU model and the paper's) needs
+``model: <name>`` (that model's runs only) or ``per_model: true`` (one figure per model among the figure's
+runs, ``<name>_<model>.png``). Likewise an experiment swept over benchmarks (GRAPE's, a run folder per
+benchmark) needs ``benchmark: <name>``: the runs whose metrics.json (or config's ``benchmark.name``) names
+that benchmark. A run is found by its ``metrics.json`` or, before it has one (still training, or killed), by
+its ``config.yaml`` / ``.hydra/config.yaml`` (Hydra writes the latter when the run starts); see
 :func:`find_runs`. A run needs a ``train_log.jsonl`` to be drawn.
 
 A figure with any of its runs missing is skipped with a warning and not written (a comparison with one
@@ -76,6 +78,8 @@ log = logging.getLogger(__name__)
 LOG_FILE = TRAIN_LOG_FILE
 RUN_COLUMNS = ["experiment", "paper", "seed", "scale", "model", "benchmark", "created", "finished", "run_dir"]
 CSV_COLUMNS = ["panel", "series", "run", "experiment", "line", "step", "value"]
+SEED_MODES = ("mean", "each")  # figures.yaml `seeds:`: mean with a min-max band (default), or a line each
+SEED_STYLES = ("-", "--", ":", "-.")  # `seeds: each`: the run's colour, one dash pattern per seed
 # the CSV's numbers (means and rolling means over seeds): 10 significant digits, so that a rebuild on a CPU
 # whose vector arithmetic rounds the last bit differently writes the same file
 CSV_FLOAT_FORMAT = "%.10g"
@@ -300,6 +304,14 @@ def load_spec(spec_path: Path) -> list[dict[str, Any]]:
         names.add(figure["name"])
         if figure.get("model") is not None and figure.get("per_model"):
             raise ValueError(f"{spec_path}: figure {figure['name']!r}: `model` or `per_model`, not both")
+        if figure.get("seeds", SEED_MODES[0]) not in SEED_MODES:
+            valid = ", ".join(SEED_MODES)
+            name, seeds = figure["name"], figure["seeds"]
+            raise ValueError(f"{spec_path}: figure {name!r}: seeds={seeds!r}; valid: {valid}")
+        if figure.get("seeds") == "each" and any(p.get("smooth") for p in _panels_spec(figure)):
+            raise ValueError(
+                f"{spec_path}: figure {figure['name']!r}: `seeds: each` draws raw lines, no smooth"
+            )
         _runs_spec(figure), _panels_spec(figure)
     return figures
 
@@ -307,8 +319,11 @@ def load_spec(spec_path: Path) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------------------------- data
 
 
-def _panel_data(logs: list[tuple[Any, pd.DataFrame]], series: str, smooth: int | None) -> pd.DataFrame:
-    """The lines of one run in one panel: per-seed values, then mean/min/max and their smoothed versions."""
+def _panel_data(
+    logs: list[tuple[Any, pd.DataFrame]], series: str, smooth: int | None, each_seed: bool = False
+) -> pd.DataFrame:
+    """The lines of one run in one panel: per-seed values, then (unless ``each_seed``, where the seeds are
+    the lines drawn) mean/min/max and their smoothed versions."""
     per_seed = {}
     for seed, frame in logs:
         if series in frame:
@@ -319,12 +334,18 @@ def _panel_data(logs: list[tuple[Any, pd.DataFrame]], series: str, smooth: int |
         return pd.DataFrame(columns=["line", "step", "value"])
     wide = pd.DataFrame(per_seed).sort_index()
     lines = {f"seed={seed}": values for seed, values in per_seed.items()}
+    if each_seed:
+        return _long(lines)
     stats = {"mean": wide.mean(axis=1)}
     if len(per_seed) > 1:
         stats |= {"min": wide.min(axis=1), "max": wide.max(axis=1)}
     lines |= stats
     if smooth:
         lines |= {f"{k}_smoothed": v.rolling(int(smooth), min_periods=1).mean() for k, v in stats.items()}
+    return _long(lines)
+
+
+def _long(lines: Mapping[str, pd.Series]) -> pd.DataFrame:
     parts = [
         pd.DataFrame({"line": name, "step": values.index.astype(int), "value": values.to_numpy()})
         for name, values in lines.items()
@@ -337,14 +358,14 @@ def _join(values: pd.Series) -> str:
     return ", ".join(found) or "unknown"
 
 
-def _draw(
+def plot_figure(
     figure: Mapping[str, Any],
     runs: list[dict[str, Any]],
     panels: list[dict[str, Any]],
     data: pd.DataFrame,
     footer: str,
-    path: Path,
-) -> None:
+) -> Any:
+    """The matplotlib Figure of ``data`` (the CSV's rows): one axes per panel, one colour per run."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
@@ -372,6 +393,18 @@ def _draw(
             def line(name: str, lines: pd.DataFrame = lines) -> pd.DataFrame:
                 return lines[lines["line"] == name]
 
+            if figure.get("seeds") == "each":
+                for n, name in enumerate(dict.fromkeys(lines["line"])):
+                    seed = name.removeprefix("seed=")
+                    ax.plot(
+                        line(name)["step"],
+                        line(name)["value"],
+                        color=color,
+                        linestyle=SEED_STYLES[n % len(SEED_STYLES)],
+                        linewidth=1.4,
+                        label=f"{run['label']}, seed {seed}" if len(runs) > 1 else f"seed {seed}",
+                    )
+                continue
             smoothed = not line("mean_smoothed").empty
             main = line("mean_smoothed") if smoothed else line("mean")
             if smoothed:
@@ -405,13 +438,13 @@ def _draw(
             )
         if panel.get("ylim"):
             ax.set_ylim(*panel["ylim"])
-        if len(runs) > 1 and drawn:
+        if drawn and (len(runs) > 1 or figure.get("seeds") == "each"):
             ax.legend(fontsize=8)
     if figure.get("title"):
         fig.suptitle(figure["title"], fontsize=12)
     fig.text(0.5, 0.0, footer, ha="center", va="bottom", fontsize=8, color="dimgray", wrap=True)
     fig.get_layout_engine().set(rect=(0, 0.06, 1, 0.94))
-    fig.savefig(path, dpi=120)
+    return fig
 
 
 def draw_figure(
@@ -441,12 +474,12 @@ def draw_figure(
         unfinished = (~rows["finished"].astype(bool)).sum()
         notes.append(
             f"{run['label']}: seed{'s' if len(logs) > 1 else ''} {seeds}"
-            + (" (mean, min-max band)" if len(logs) > 1 else "")
+            + (" (mean, min-max band)" if len(logs) > 1 and figure.get("seeds") != "each" else "")
             + (f", last step {last}" if last is not None else ", nothing logged")
             + (", unfinished" if unfinished else "")
         )
         for number, panel in enumerate(panels, start=1):
-            lines = _panel_data(logs, panel["series"], panel.get("smooth"))
+            lines = _panel_data(logs, panel["series"], panel.get("smooth"), figure.get("seeds") == "each")
             if lines.empty:
                 log.warning("figure %s: %s logged no %s", figure["name"], run["experiment"], panel["series"])
                 continue
@@ -468,7 +501,7 @@ def draw_figure(
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     png, csv = out_dir / f"{figure['name']}.png", out_dir / f"{figure['name']}.csv"
-    _draw(figure, run_specs, panels, data, footer, png)
+    plot_figure(figure, run_specs, panels, data, footer).savefig(png, dpi=120)
     data.to_csv(csv, index=False, float_format=CSV_FLOAT_FORMAT)
     return [png, csv]
 

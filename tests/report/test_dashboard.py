@@ -24,6 +24,20 @@ def test_each_paper_has_a_workspace_of_its_tables_and_figures(paper):
     assert len(workspace.sections) == len(spec["sections"]) and workspace.name == f"rankrl: {paper}"
 
 
+def test_a_figure_of_each_seed_is_a_line_per_run_on_the_dashboard_too():
+    """F-GRPO's control curves (figures.yaml ``seeds: each``) are not averaged over seeds there either."""
+    spec = dashboard.workspace_spec("fgrpo")
+    section = next(s for s in spec["sections"] if s["name"].startswith("F-GRPO's positive control"))
+    assert all(panel.get("each_seed") for panel in section["panels"])
+    averaged = next(s for s in spec["sections"] if s["name"].startswith("F-GRPO vs GRPO on MovieLens"))
+    assert not any(panel.get("each_seed") for panel in averaged["panels"])
+    workspace = dashboard.build_workspace(spec, entity="someone")
+    built = workspace.sections[spec["sections"].index(section)].panels[0]
+    assert not built.groupby
+    mean = workspace.sections[spec["sections"].index(averaged)].panels[0]
+    assert mean.groupby and mean.groupby_rangefunc == "minmax"
+
+
 def test_dry_run_prints_four_workspaces(capsys):
     assert dashboard.main(["paper=all", "--dry-run"]) == 0
     assert capsys.readouterr().out.count("name: 'rankrl: ") == 4

@@ -16,7 +16,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from rankrl.report.__main__ import report
-from rankrl.report.figures import draw_figures, find_runs, read_log
+from rankrl.report.figures import draw_figures, find_runs, load_spec, plot_figure, read_log
 from rankrl.runs import SCHEMA
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -170,6 +170,46 @@ def test_seeds_are_averaged_with_a_band_and_smoothing_is_a_rolling_mean(tmp_path
     assert np.allclose(line("min"), line("seed=0")) and np.allclose(line("max"), line("seed=1"))
     assert np.allclose(line("mean_smoothed"), line("mean").rolling(3, min_periods=1).mean())
     assert {"min_smoothed", "max_smoothed"} <= set(data["line"])
+
+
+def test_seeds_each_draws_every_seed_as_its_own_line_and_writes_only_those(tmp_path):
+    """``seeds: each``: where seeds part ways a mean is a path no seed took, so each seed is drawn (and its
+    CSV holds only the seed lines, the numbers drawn)."""
+    runs_dir = tmp_path / "runs"
+    make_run(runs_dir, "demo/grpo", seed=0)
+    make_run(runs_dir, "demo/grpo", seed=1, offset=1.0)
+    each = {**CURVE, "seeds": "each", "panels": ["reward/mean"]}
+    spec = write_spec(tmp_path / "figures.yaml", [each])
+    draw_figures(find_runs(runs_dir), spec, tmp_path / "out")
+    data = pd.read_csv(tmp_path / "out" / "curve.csv")
+    assert set(data["line"]) == {"seed=0", "seed=1"}
+    seed1 = data[data["line"] == "seed=1"].set_index("step")["value"]
+    assert np.allclose(seed1, [1.0 + 0.1 * step for step in seed1.index])
+
+    figure = plot_figure(
+        each,
+        [{"experiment": "demo/grpo", "label": "demo/grpo"}],
+        [{"series": "reward/mean", "label": "mean reward"}],
+        data,
+        "footer",
+    )
+    drawn = figure.axes[0].get_lines()
+    assert [line.get_label() for line in drawn] == ["seed 0", "seed 1"]
+    assert np.allclose(drawn[1].get_ydata(), seed1.to_numpy())
+    assert drawn[0].get_linestyle() != drawn[1].get_linestyle()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"seeds": "median"}, "valid: mean, each"),
+        ({"seeds": "each", "panels": [{"series": "loss", "smooth": 3}]}, "no smooth"),
+    ],
+)
+def test_a_bad_seeds_key_stops_at_the_spec_naming_the_choices(tmp_path, extra, message):
+    spec = write_spec(tmp_path / "figures.yaml", [{**CURVE, **extra}])
+    with pytest.raises(ValueError, match=message):
+        load_spec(spec)
 
 
 def test_a_figure_with_a_missing_run_is_skipped_and_not_written(tmp_path, caplog):
