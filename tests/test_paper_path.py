@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -385,3 +386,32 @@ def test_make_lists_every_cogr_row_without_running_one():
     for model in ("qwen3-4b-instruct", "qwen3-1.7b"):
         for experiment in cells:
             assert _makes(lines, experiment, model, "cogr"), (experiment, model)
+
+
+def test_make_with_control_lists_every_fgrpo_control_arm_its_tables_read():
+    """`CONTROL=1 make -n reproduce-fgrpo` (the CPU profile) prints a pipeline for every F-GRPO control arm
+    whose stages the tables read: an arm is named by its experiment_name, or by its rung when it has none."""
+    out = subprocess.run(
+        ["make", "-n", "reproduce-fgrpo"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "MAKEFLAGS": "", "CONTROL": "1"},
+    ).stdout
+    lines = [
+        line.split()
+        for line in out.splitlines()
+        if "-m rankrl.pipeline experiment=fgrpo/control_grpo" in line
+    ]
+    spec = (REPO_ROOT / "experiments" / "fgrpo" / "tables.yaml").read_text()
+    arms = set(re.findall(r"experiment: fgrpo/control_grpo/([\w.]+)/(?:warmstart|fgrpo)\b", spec))
+    assert {"hint", "hint_weak_stop", "hint_weak_g8"} <= arms
+
+    def runs(arm: str, words: list[str]) -> bool:
+        named = [w.removeprefix("experiment_name=") for w in words if w.startswith("experiment_name=")]
+        return named == [f"fgrpo/control_grpo/{arm}"] or (not named and f"task.construction={arm}" in words)
+
+    assert not [arm for arm in sorted(arms) if not any(runs(arm, words) for words in lines)]
+    (g8,) = [words for words in lines if "experiment_name=fgrpo/control_grpo/hint_weak_g8" in words]
+    assert {"trainer.group_size=8", "task.end_of_turn_in_rank=true", "schedule.sft_epochs=0.375"} <= set(g8)

@@ -107,8 +107,8 @@ done
 # CONTROL=1 (CPU profile): the positive control (#41; README "Positive control"), MovieLens, each rung's SFT
 # ~15 min and its F-GRPO pipeline ~40 min a seed on one core. Rungs (CONTROL_CONSTRUCTIONS): marked (gold SFT
 # with the paper's seeded fillers, then with fixed ones), echo (fixed fillers); each then the F-GRPO row with
-# a budget from a format-only warm start; then hint's supervision. CONTROL_CONSTRUCTIONS=popularity for
-# another rung
+# a budget from a format-only warm start; then hint's supervision and its F-GRPO arms (~40-60 min each a
+# seed). CONTROL_CONSTRUCTIONS=popularity for another rung
 control_rows() {  # control_rows <model>
   local m=$1 c target targets
   for SEED in $(seeds); do
@@ -137,6 +137,18 @@ control_rows() {  # control_rows <model>
     # ... and F-GRPO from a partial supervision (half an epoch of the hint SFT), the arm preregistered after it
     RUN_NAME=fgrpo/control_grpo/hint_partial pipeline fgrpo/control_grpo "$m" task.construction=hint \
       schedule.warmstart_target=gold_fixed schedule.sft_epochs=0.5 experiment_name=fgrpo/control_grpo/hint_partial
+    # ... from the weak supervision (6 steps of the hint SFT, chosen on training users), then its diagnosis arms,
+    # each one change from the arm it tests (conf/experiment/fgrpo/control_grpo.yaml says why, in this order)
+    local weak=(task.construction=hint schedule.warmstart_target=gold_fixed schedule.sft_epochs=0.375) arm
+    local -A arms=([hint_weak]="" [hint_weak_delimiters]="task.delimiters_in_loss=true"
+      [hint_weak_kl]="trainer.beta=0.04"
+      [hint_weak_stop]="task.delimiters_in_loss=true task.end_of_turn_in_rank=true"
+      [hint_weak_g8]="task.delimiters_in_loss=true task.end_of_turn_in_rank=true trainer.group_size=8")
+    for arm in hint_weak hint_weak_delimiters hint_weak_kl hint_weak_stop hint_weak_g8; do
+      # shellcheck disable=SC2086  # the arm's overrides, a word each
+      RUN_NAME=fgrpo/control_grpo/$arm pipeline fgrpo/control_grpo "$m" "${weak[@]}" ${arms[$arm]} \
+        "experiment_name=fgrpo/control_grpo/$arm"
+    done
   done
   SEED=0
 }

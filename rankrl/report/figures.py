@@ -396,11 +396,12 @@ def plot_figure(
             if figure.get("seeds") == "each":
                 for n, name in enumerate(dict.fromkeys(lines["line"])):
                     seed = name.removeprefix("seed=")
+                    style = int(seed) if seed.isdigit() else n  # seed k has one dash pattern in every run
                     ax.plot(
                         line(name)["step"],
                         line(name)["value"],
                         color=color,
-                        linestyle=SEED_STYLES[n % len(SEED_STYLES)],
+                        linestyle=SEED_STYLES[style % len(SEED_STYLES)],
                         linewidth=1.4,
                         label=f"{run['label']}, seed {seed}" if len(runs) > 1 else f"seed {seed}",
                     )

@@ -197,6 +197,16 @@ def test_seeds_each_draws_every_seed_as_its_own_line_and_writes_only_those(tmp_p
     assert [line.get_label() for line in drawn] == ["seed 0", "seed 1"]
     assert np.allclose(drawn[1].get_ydata(), seed1.to_numpy())
     assert drawn[0].get_linestyle() != drawn[1].get_linestyle()
+    only_seed1 = plot_figure(
+        each,
+        [{"experiment": "demo/grpo", "label": "demo/grpo"}],
+        [{"series": "reward/mean", "label": "r"}],
+        data[data["line"] == "seed=1"],
+        "footer",
+    )
+    assert (
+        only_seed1.axes[0].get_lines()[0].get_linestyle() == drawn[1].get_linestyle()
+    )  # by seed, not position
 
 
 @pytest.mark.parametrize(
