@@ -35,6 +35,7 @@ from typing import Any
 import yaml
 
 from rankrl.config import REPO_ROOT
+from rankrl.report.figures import each_seed
 from rankrl.report.rounds import load_rounds
 from rankrl.run_folders import METRICS_FILE, TRAIN_LOG_FILE
 
@@ -78,7 +79,7 @@ def workspace_spec(paper: str, experiments_dir: Path = EXPERIMENTS_DIR) -> dict[
         for panel in figure["panels"]:
             panel = {"series": panel} if isinstance(panel, str) else panel
             line = {"kind": "line", "title": panel.get("label", panel["series"]), "keys": [panel["series"]]}
-            if figure.get("seeds") == "each":  # as the PNG draws it: a line per seed, no mean over them
+            if each_seed(figure):  # as the PNG draws it: a line per seed, no mean over them
                 line["each_seed"] = True
             panels.append(line)
         sections.append({"name": figure.get("title", figure["name"]), "panels": panels})

@@ -288,6 +288,11 @@ def _panels_spec(figure: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def each_seed(figure: Mapping[str, Any]) -> bool:
+    """Whether ``figure`` draws each seed as its own line (``seeds: each``) rather than their mean."""
+    return figure.get("seeds") == "each"
+
+
 def load_spec(spec_path: Path) -> list[dict[str, Any]]:
     """The figures of a ``figures.yaml``, checked: an error in the spec stops here, with its name."""
     spec = yaml.safe_load(Path(spec_path).read_text()) or {}
@@ -304,15 +309,16 @@ def load_spec(spec_path: Path) -> list[dict[str, Any]]:
         names.add(figure["name"])
         if figure.get("model") is not None and figure.get("per_model"):
             raise ValueError(f"{spec_path}: figure {figure['name']!r}: `model` or `per_model`, not both")
+        _runs_spec(figure)
+        panels = _panels_spec(figure)
         if figure.get("seeds", SEED_MODES[0]) not in SEED_MODES:
             valid = ", ".join(SEED_MODES)
             name, seeds = figure["name"], figure["seeds"]
             raise ValueError(f"{spec_path}: figure {name!r}: seeds={seeds!r}; valid: {valid}")
-        if figure.get("seeds") == "each" and any(p.get("smooth") for p in _panels_spec(figure)):
+        if each_seed(figure) and any(p.get("smooth") for p in panels):
             raise ValueError(
                 f"{spec_path}: figure {figure['name']!r}: `seeds: each` draws raw lines, no smooth"
             )
-        _runs_spec(figure), _panels_spec(figure)
     return figures
 
 
@@ -332,10 +338,10 @@ def _panel_data(
                 per_seed[seed] = values
     if not per_seed:
         return pd.DataFrame(columns=["line", "step", "value"])
-    wide = pd.DataFrame(per_seed).sort_index()
     lines = {f"seed={seed}": values for seed, values in per_seed.items()}
     if each_seed:
         return _long(lines)
+    wide = pd.DataFrame(per_seed).sort_index()
     stats = {"mean": wide.mean(axis=1)}
     if len(per_seed) > 1:
         stats |= {"min": wide.min(axis=1), "max": wide.max(axis=1)}
@@ -393,7 +399,7 @@ def plot_figure(
             def line(name: str, lines: pd.DataFrame = lines) -> pd.DataFrame:
                 return lines[lines["line"] == name]
 
-            if figure.get("seeds") == "each":
+            if each_seed(figure):
                 for n, name in enumerate(dict.fromkeys(lines["line"])):
                     seed = name.removeprefix("seed=")
                     style = int(seed) if seed.isdigit() else n  # seed k has one dash pattern in every run
@@ -439,7 +445,7 @@ def plot_figure(
             )
         if panel.get("ylim"):
             ax.set_ylim(*panel["ylim"])
-        if drawn and (len(runs) > 1 or figure.get("seeds") == "each"):
+        if drawn and (len(runs) > 1 or each_seed(figure)):
             ax.legend(fontsize=8)
     if figure.get("title"):
         fig.suptitle(figure["title"], fontsize=12)
@@ -475,12 +481,12 @@ def draw_figure(
         unfinished = (~rows["finished"].astype(bool)).sum()
         notes.append(
             f"{run['label']}: seed{'s' if len(logs) > 1 else ''} {seeds}"
-            + (" (mean, min-max band)" if len(logs) > 1 and figure.get("seeds") != "each" else "")
+            + (" (mean, min-max band)" if len(logs) > 1 and not each_seed(figure) else "")
             + (f", last step {last}" if last is not None else ", nothing logged")
             + (", unfinished" if unfinished else "")
         )
         for number, panel in enumerate(panels, start=1):
-            lines = _panel_data(logs, panel["series"], panel.get("smooth"), figure.get("seeds") == "each")
+            lines = _panel_data(logs, panel["series"], panel.get("smooth"), each_seed(figure))
             if lines.empty:
                 log.warning("figure %s: %s logged no %s", figure["name"], run["experiment"], panel["series"])
                 continue
