@@ -79,7 +79,9 @@ LOG_FILE = TRAIN_LOG_FILE
 RUN_COLUMNS = ["experiment", "paper", "seed", "scale", "model", "benchmark", "created", "finished", "run_dir"]
 CSV_COLUMNS = ["panel", "series", "run", "experiment", "line", "step", "value"]
 SEED_MODES = ("mean", "each")  # figures.yaml `seeds:`: mean with a min-max band (default), or a line each
-SEED_STYLES = ("-", "--", ":", "-.")  # `seeds: each`: the run's colour, one dash pattern per seed
+# `seeds: each`: the run's colour, one dash pattern per seed number, distinct for seeds 0-7 (four named
+# patterns left seeds 1 and 5 drawn alike: F-GRPO's control runs seeds 0, 1, 2, 5)
+SEED_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (8, 3)), (0, (1, 3)), (0, (3, 1, 1, 1)))
 # the CSV's numbers (means and rolling means over seeds): 10 significant digits, so that a rebuild on a CPU
 # whose vector arithmetic rounds the last bit differently writes the same file
 CSV_FLOAT_FORMAT = "%.10g"
@@ -293,6 +295,12 @@ def each_seed(figure: Mapping[str, Any]) -> bool:
     return figure.get("seeds") == "each"
 
 
+def seed_linestyle(seed: int) -> str | tuple:
+    """Seed ``seed``'s dash pattern under ``seeds: each``: the same in every run and panel, so a seed is
+    followed across arms by its pattern (and across runs' colours)."""
+    return SEED_STYLES[seed % len(SEED_STYLES)]
+
+
 def load_spec(spec_path: Path) -> list[dict[str, Any]]:
     """The figures of a ``figures.yaml``, checked: an error in the spec stops here, with its name."""
     spec = yaml.safe_load(Path(spec_path).read_text()) or {}
@@ -402,12 +410,12 @@ def plot_figure(
             if each_seed(figure):
                 for n, name in enumerate(dict.fromkeys(lines["line"])):
                     seed = name.removeprefix("seed=")
-                    style = int(seed) if seed.isdigit() else n  # seed k has one dash pattern in every run
+                    seed_number = int(seed) if seed.isdigit() else n
                     ax.plot(
                         line(name)["step"],
                         line(name)["value"],
                         color=color,
-                        linestyle=SEED_STYLES[style % len(SEED_STYLES)],
+                        linestyle=seed_linestyle(seed_number),  # seed k: one pattern in every run
                         linewidth=1.4,
                         label=f"{run['label']}, seed {seed}" if len(runs) > 1 else f"seed {seed}",
                     )

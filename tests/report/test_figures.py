@@ -209,6 +209,16 @@ def test_seeds_each_draws_every_seed_as_its_own_line_and_writes_only_those(tmp_p
     )  # by seed, not position
 
 
+def test_seeds_zero_to_seven_each_have_their_own_dash_pattern():
+    # with four patterns seeds 1 and 5 were drawn alike in F-GRPO's control curves (seeds 0, 1, 2, 5)
+    from matplotlib.lines import Line2D
+
+    from rankrl.report.figures import seed_linestyle
+
+    patterns = [Line2D([], [], linestyle=seed_linestyle(seed))._dash_pattern for seed in range(8)]
+    assert len({repr(p) for p in patterns}) == 8
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
