@@ -142,8 +142,8 @@ control_rows() {  # control_rows <model>
     local weak=(task.construction=hint schedule.warmstart_target=gold_fixed schedule.sft_epochs=0.375) arm
     local -A arms=([hint_weak]="" [hint_weak_delimiters]="task.delimiters_in_loss=true"
       [hint_weak_kl]="trainer.beta=0.04"
-      [hint_weak_stop]="task.delimiters_in_loss=true task.end_of_turn_in_rank=true"
-      [hint_weak_g8]="task.delimiters_in_loss=true task.end_of_turn_in_rank=true trainer.group_size=8")
+      [hint_weak_stop]="task.delimiters_in_loss=true task.end_of_turn_in_rank=true")
+    arms[hint_weak_g8]="${arms[hint_weak_stop]} trainer.group_size=8"  # the stop arm at the paper's G
     for arm in hint_weak hint_weak_delimiters hint_weak_kl hint_weak_stop hint_weak_g8; do
       # shellcheck disable=SC2086  # the arm's overrides, a word each
       RUN_NAME=fgrpo/control_grpo/$arm pipeline fgrpo/control_grpo "$m" "${weak[@]}" ${arms[$arm]} \
