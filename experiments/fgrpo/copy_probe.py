@@ -3,9 +3,10 @@
 The held-out R@1 of a greedy policy moves only once the gold id becomes the policy's first choice; this probe
 reads the step before that. For each run folder given, it loads the run's final weights and, for each user of
 the control's training set (and of the evaluation users), teacher-forces the supervised target
-(``sft_target=gold_fixed``: the gold and the first 9 other ids in the slate, the gold ranked first) up to
-``<RANK>``, and reads the next-token distribution over the pool's ids. It prints the mean probability of the
-gold id (among the pool's ids: chance 1/20 for 20 candidates) and how often the gold is the most likely id.
+(``--target gold_fixed``: the gold and the first 9 other ids in the slate, in list order, the gold ranked
+first; ``gold_first``: the same ids, the gold opening the slate) up to ``<RANK>``, and reads the
+next-token distribution over the pool's ids. It prints the mean probability of the gold id (among the
+pool's ids: chance 1/20 for 20 candidates) and how often the gold is the most likely id.
 A policy that copies the hint line scores ~1.0 on both; one that ignores it ~0.05.
 
     python experiments/fgrpo/copy_probe.py outputs/fgrpo/control_grpo/hint/cpu-smollm2-135m/seed0/warmstart \\
@@ -27,6 +28,8 @@ import pandas as pd
 import torch
 
 RANK_OPEN = "<RANK>"
+TARGETS = ("gold_fixed", "gold_first")  # the supervised answers a probe may force (rankrl.tasks.fgrpo)
+DEFAULT_TARGET = TARGETS[0]
 
 
 def _rank_position(tok, completion_ids: list[int]) -> int:
@@ -59,33 +62,45 @@ def gold_at_rank_first(model, tok, examples, pools) -> tuple[float, float]:
 
 
 def readings_table(readings: pd.DataFrame, source: str) -> str:
-    """The readings as the markdown table the README cites: one row a run, two columns a split."""
+    """The readings as the markdown table the README cites: one row a run and target, two columns a split."""
+    readings = with_target(readings)
     rows = []
-    for (label, run), by_split in readings.groupby(["label", "run"], sort=False):
-        row = {"run": label, "folder": f"`{run}`"}
+    for (label, run, target), by_split in readings.groupby(["label", "run", "target"], sort=False):
+        row = {"run": label, "folder": f"`{run}`", "slate forced": target}
         for r in by_split.itertuples():
             row[f"{r.split}: p(gold)"] = f"{r.p_gold:.3f}"
             row[f"{r.split}: gold most likely"] = f"{r.gold_top:.2f}"
         rows.append(row)
     title = (
         "### F-GRPO positive control, hint rung: the probability of the gold's id as the first ranked id "
-        "(teacher-forced after the supervised slate; chance 0.05 among 20 ids)\n\n"
+        "(teacher-forced after the slate of the supervised target its row names; chance 0.05 among 20 "
+        "ids)\n\n"
         f"Written by `experiments/fgrpo/copy_probe.py --out` from `{source}` "
         "(SmolLM2-135M-Instruct, scale cpu, MovieLens-100K: the control's 128 training users and 100 "
         "evaluation users; one run a row, its seed the `seedK` in its folder). "
-        '"gold most likely": the share of users for whom the '
+        '"slate forced": `gold_fixed`, the gold among the first ids in list order; `gold_first`, the '
+        'same ids with the gold first. "gold most likely": the share of users for whom the '
         "gold's id is the most likely of the 20.\n\n"
     )
     table = pd.DataFrame(rows).fillna("-")  # a run read on one user set only (a candidate warm start)
     return title + table.to_markdown(index=False, disable_numparse=True) + "\n"
 
 
-def kept_readings(out: Path | None, runs: list[str], splits: list[str]) -> dict[str, list[dict]]:
-    """Run folder -> its rows in ``out`` (if it exists) for the splits asked for, in their order."""
+def with_target(readings: pd.DataFrame) -> pd.DataFrame:
+    """Readings from before ``--target`` existed forced the ``gold_fixed`` slate."""
+    if "target" not in readings:
+        readings = readings.assign(target=DEFAULT_TARGET)
+    return readings.fillna({"target": DEFAULT_TARGET})
+
+
+def kept_readings(
+    out: Path | None, runs: list[str], splits: list[str], target: str = DEFAULT_TARGET
+) -> dict[str, list[dict]]:
+    """Run folder -> its rows in ``out`` (if it exists) for the splits and target asked for, in order."""
     if out is None or not out.exists():
         return {}
-    old = pd.read_csv(out)
-    old = old[old["run"].isin(runs) & old["split"].isin(splits)]
+    old = with_target(pd.read_csv(out))
+    old = old[old["run"].isin(runs) & old["split"].isin(splits) & (old["target"] == target)]
     rows = sorted(old.to_dict("records"), key=lambda r: splits.index(r["split"]))
     return {run: [r for r in rows if r["run"] == run] for run in runs}
 
@@ -109,6 +124,13 @@ def main() -> None:
         default=["train", "eval"],
         choices=["train", "eval"],
         help="which users to read (a warm start is chosen on the training users only)",
+    )
+    parser.add_argument(
+        "--target",
+        default=DEFAULT_TARGET,
+        choices=TARGETS,
+        help="whose slate is teacher-forced before <RANK>: the hint SFT's (gold_fixed) or the gold-first "
+        "warm start's (gold_first); each reading keeps its target",
     )
     parser.add_argument(
         "--out",
@@ -135,10 +157,10 @@ def main() -> None:
     read = {"train": task.train_pools, "eval": lambda: task.eval_pools(cfg.eval_split)}
     splits = {split: read[split]() for split in args.splits}
     # the supervised control's answers (the gold ranked first, fixed fillers), whatever the run trained on
-    examples = {split: task.sft_examples_for(pools, "gold_fixed") for split, pools in splits.items()}
+    examples = {split: task.sft_examples_for(pools, args.target) for split, pools in splits.items()}
     sizes = ", ".join(f"{len(pools)} {split} users" for split, pools in splits.items())
     print(f"construction {task.construction}: {sizes}")
-    kept = kept_readings(args.out, [str(run) for run in args.runs], list(splits))
+    kept = kept_readings(args.out, [str(run) for run in args.runs], list(splits), args.target)
     rows = []
     for run, label in zip(args.runs, labels):
         if len(kept.get(str(run), [])) == len(splits):
@@ -153,7 +175,8 @@ def main() -> None:
         for split, pools in splits.items():
             p, top = gold_at_rank_first(model, tok, examples[split], pools)
             cells.append(f"{split}: p(gold) {p:.3f}, gold most likely {top:.2f}")
-            rows.append({"label": label, "run": str(run), "split": split, "p_gold": p, "gold_top": top})
+            row = {"label": label, "run": str(run), "split": split, "p_gold": p, "gold_top": top}
+            rows.append(row | {"target": args.target})
         print(f"{run}: " + "; ".join(cells), flush=True)
     if args.out:
         write_readings(rows, args.out)

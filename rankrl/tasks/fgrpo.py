@@ -542,12 +542,15 @@ def phase_rewards(
 # ---- 5. SFT targets ----------------------------------------------------------------------------------------
 
 
-def sft_slate(pool: Pool, n: int, seed: int = 0, fill: str = "seeded") -> list[str]:
+def sft_slate(pool: Pool, n: int, seed: int = 0, fill: str = "seeded", gold_first: bool = False) -> list[str]:
     """A gold slate: every gold item plus non-gold fillers up to n, in the order of the prompt's list (so the
     slate carries no hint of which items are gold). ``fill``: ``seeded`` fillers drawn at random (the
     paper's reading), or the ``first`` non-gold candidates of the list, so that nothing in the target is
     left to chance and where the gold items sit is all it says (#41: at 135M the seeded fillers' noise,
-    log C(19, 9) = 11.4 nats a target, drowned the 3.0 nats the mark gives)."""
+    log C(19, 9) = 11.4 nats a target, drowned the 3.0 nats the mark gives). ``gold_first``: the gold items
+    open the slate, then the fillers in list order, so the slate's first id is the rank's first id (a
+    control's warm start, #41: in list order a weak warm start writes the first ten ids as its slate and
+    copies the gold only into its rank, where C.4 penalises it whenever the gold is not among the ten)."""
     others = [c.key for c in pool.candidates if c.key not in pool.gold]
     size = max(0, min(n - len(pool.gold), len(others)))
     if fill == "first":
@@ -556,12 +559,16 @@ def sft_slate(pool: Pool, n: int, seed: int = 0, fill: str = "seeded") -> list[s
         chosen = set(keyed_rng(seed, f"sft-slate:{pool.uid}").sample(others, size))
     else:
         raise ValueError(f"fill={fill!r}; valid: seeded, first")
-    return [c.key for c in pool.candidates if c.key in pool.gold or c.key in chosen]
+    slate = [c.key for c in pool.candidates if c.key in pool.gold or c.key in chosen]
+    if gold_first:
+        slate = [k for k in slate if k in pool.gold] + [k for k in slate if k not in pool.gold]
+    return slate
 
 
 # gold: the paper's warm start (seeded fillers); gold_fixed: the same with the first non-gold candidates as
-# fillers (a positive control's supervision, #41); format: the positive control's gold-free warm start
-SFT_TARGETS = ("gold", "gold_fixed", "format")
+# fillers (a positive control's supervision, #41); gold_first: gold_fixed with the gold opening the slate (a
+# control's warm start, #41); format: the positive control's gold-free warm start
+SFT_TARGETS = ("gold", "gold_fixed", "gold_first", "format")
 
 
 def format_slate_and_rank(pool: Pool, n: int, k: int, seed: int = 0) -> tuple[list[str], list[str]]:
@@ -696,8 +703,9 @@ class FGRPOSettings:
             pool keeps its gold items and its first non-gold candidates (a positive control's smaller pool).
         sft_target: ``gold`` (the paper's factorized SFT: gold items in the slate, ranked first),
             ``gold_fixed`` (the same, its fillers the first non-gold candidates instead of seeded ones: a
-            positive control's supervision) or ``format`` (``format_slate_and_rank``: well formed, no gold;
-            a positive control's warm start).
+            positive control's supervision), ``gold_first`` (``gold_fixed`` with the gold opening the slate:
+            a control's warm start whose slate holds what its rank copies) or ``format``
+            (``format_slate_and_rank``: well formed, no gold; a positive control's warm start).
         construction: ``paper`` (the benchmark's pools as they are) or a positive control of #41, not the
             paper's task (``shown_pool``): ``marked`` (gold candidates carry ``MARK``), ``echo`` (the
             context ends with the gold candidates' text), ``hint`` (the context ends with a line naming the
@@ -845,8 +853,8 @@ class FGRPOTask(FGRPOSettings, TaskBase):
                     p, *format_slate_and_rank(p, self.slate_size, self.rank_size, self.seed)
                 )
             else:
-                fill = "first" if target == "gold_fixed" else "seeded"
-                slate = sft_slate(p, self.slate_size, self.seed, fill)
+                fill = "seeded" if target == "gold" else "first"
+                slate = sft_slate(p, self.slate_size, self.seed, fill, gold_first=target == "gold_first")
                 answer = factorized_answer(p, slate, sft_rank(p, slate, self.rank_size))
             out.append(
                 SFTExample(

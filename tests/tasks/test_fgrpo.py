@@ -422,7 +422,7 @@ def test_sft_examples_for_any_pools_and_target_match_the_tasks_own():
         others = [c.key for c in pool.candidates if c.key not in pool.gold]
         slate = [c.key for c in pool.candidates if c.key in pool.gold or c.key in others[:9]]
         assert ex.completion == factorized_answer(pool, slate, sft_rank(pool, slate, 5))
-    with pytest.raises(ValueError, match="valid: gold, gold_fixed, format"):
+    with pytest.raises(ValueError, match="valid: gold, gold_fixed, gold_first, format"):
         task.sft_examples_for(pools, "silver")
 
 

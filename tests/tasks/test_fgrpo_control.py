@@ -176,10 +176,30 @@ def test_the_fixed_gold_target_leaves_only_the_gold_positions_to_learn() -> None
     assert len(seeded_answers) > len(answers)  # the seeded fillers vary where the fixed ones do not
 
 
+def test_the_gold_first_target_opens_the_slate_with_what_the_rank_names_first() -> None:
+    """``sft_target=gold_first``: ``gold_fixed``'s items, the gold moved to the slate's head, so the slate's
+    first id and the rank's first id are one copy and every ranked id is in the slate (C.4 never fires on the
+    target); the fillers keep the list order."""
+    task = toy_task(construction="hint", sft_target="gold_first", users=40)
+    fixed = toy_task(construction="hint", sft_target="gold_fixed", users=40)
+    moved = 0
+    for example, same_items, pool in zip(task.sft_examples(), fixed.sft_examples(), task.train_pools()):
+        judged = judge_completion(example.completion, pool)
+        reference = judge_completion(same_items.completion, pool)
+        gold = len(pool.gold)
+        assert judged.status == "ok" and set(judged.slate) == set(reference.slate)
+        assert set(judged.slate[:gold]) == set(pool.gold) and judged.rank[0] == judged.slate[0]
+        assert set(judged.rank) <= set(judged.slate)
+        fillers = [k for k in judged.slate if k not in pool.gold]
+        assert fillers == [k for k in reference.slate if k not in pool.gold]
+        moved += judged.slate != reference.slate
+    assert moved > 0  # some user's gold is not first in list order, so the two targets differ
+
+
 def test_bad_control_settings_name_the_fix() -> None:
     with pytest.raises(ValueError, match="paper, marked, echo, hint, popularity"):
         toy_task(construction="starred")
-    with pytest.raises(ValueError, match="gold, gold_fixed, format"):
+    with pytest.raises(ValueError, match="gold, gold_fixed, gold_first, format"):
         toy_task(sft_target="random")
     with pytest.raises(ValueError, match="task.item_ids=true"):
         FGRPOTask(benchmark=toy_benchmark(), construction="marked")

@@ -65,6 +65,12 @@ def test_readings_already_in_the_csv_are_kept_in_the_order_asked(probe, tmp_path
     kept = probe.kept_readings(out, ["b", "a", "c"], ["train", "eval"])
     assert [r["split"] for r in kept["a"]] == ["train", "eval"] and kept["a"][0]["p_gold"] == 0.3
     assert [r["split"] for r in kept["b"]] == ["train"] and kept["c"] == []  # b lacks eval: read again
+    # a reading keeps the slate it forced: asked for another target, nothing is kept and it is read again
+    assert probe.kept_readings(out, ["a"], ["train"], "gold_first") == {"a": []}
+    rows = probe.kept_readings(out, ["a"], ["train"])["a"]
+    probe.write_readings(rows + [rows[0] | {"label": "A'", "target": "gold_first"}], out)
+    assert probe.kept_readings(out, ["a"], ["train"], "gold_first")["a"][0]["label"] == "A'"
+    assert "| gold_first " in out.with_suffix(".md").read_text()
 
 
 def test_with_no_run_folder_present_it_says_so_before_loading_anything(probe, tmp_path, monkeypatch, capsys):
