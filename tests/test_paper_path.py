@@ -415,3 +415,7 @@ def test_make_with_control_lists_every_fgrpo_control_arm_its_tables_read():
     assert not [arm for arm in sorted(arms) if not any(runs(arm, words) for words in lines)]
     (g8,) = [words for words in lines if "experiment_name=fgrpo/control_grpo/hint_weak_g8" in words]
     assert {"trainer.group_size=8", "task.end_of_turn_in_rank=true", "schedule.sft_epochs=0.375"} <= set(g8)
+    (first,) = [words for words in lines if "experiment_name=fgrpo/control_grpo/hint_gold_first" in words]
+    assert {"task.delimiters_in_loss=true", "task.end_of_turn_in_rank=true"} <= set(first)
+    assert {"schedule.warmstart_target=gold_first", "schedule.sft_epochs=0.125"} <= set(first)
+    assert "trainer.group_size=8" not in first

@@ -94,15 +94,20 @@ def with_target(readings: pd.DataFrame) -> pd.DataFrame:
 
 
 def kept_readings(
-    out: Path | None, runs: list[str], splits: list[str], target: str = DEFAULT_TARGET
-) -> dict[str, list[dict]]:
-    """Run folder -> its rows in ``out`` (if it exists) for the splits and target asked for, in order."""
+    out: Path | None, runs: list[str], splits: list[str], targets: list[str] | None = None
+) -> dict[tuple[str, str], list[dict]]:
+    """(run folder, target) -> its rows in ``out`` (if it exists) for the splits asked for, in their order
+    (``targets``: one a run, ``gold_fixed`` for all by default)."""
     if out is None or not out.exists():
         return {}
     old = with_target(pd.read_csv(out))
-    old = old[old["run"].isin(runs) & old["split"].isin(splits) & (old["target"] == target)]
+    old = old[old["run"].isin(runs) & old["split"].isin(splits)]
     rows = sorted(old.to_dict("records"), key=lambda r: splits.index(r["split"]))
-    return {run: [r for r in rows if r["run"] == run] for run in runs}
+    targets = targets or [DEFAULT_TARGET] * len(runs)
+    return {
+        (run, target): [r for r in rows if r["run"] == run and r["target"] == target]
+        for run, target in zip(runs, targets)
+    }
 
 
 def write_readings(rows: list[dict], out: Path) -> None:
@@ -127,10 +132,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--target",
-        default=DEFAULT_TARGET,
+        nargs="+",
+        default=[DEFAULT_TARGET],
         choices=TARGETS,
         help="whose slate is teacher-forced before <RANK>: the hint SFT's (gold_fixed) or the gold-first "
-        "warm start's (gold_first); each reading keeps its target",
+        "warm start's (gold_first); one for every run, or one a run; each reading keeps its target",
     )
     parser.add_argument(
         "--out",
@@ -142,6 +148,9 @@ def main() -> None:
     labels = args.labels or [str(run) for run in args.runs]
     if len(labels) != len(args.runs):
         parser.error(f"{len(labels)} labels for {len(args.runs)} runs")
+    targets = args.target * len(args.runs) if len(args.target) == 1 else args.target
+    if len(targets) != len(args.runs):
+        parser.error(f"{len(targets)} targets for {len(args.runs)} runs: give one, or one a run")
     torch.set_num_threads(1)
 
     from omegaconf import OmegaConf
@@ -156,15 +165,19 @@ def main() -> None:
     task = build_task(cfg)
     read = {"train": task.train_pools, "eval": lambda: task.eval_pools(cfg.eval_split)}
     splits = {split: read[split]() for split in args.splits}
-    # the supervised control's answers (the gold ranked first, fixed fillers), whatever the run trained on
-    examples = {split: task.sft_examples_for(pools, args.target) for split, pools in splits.items()}
+    # the supervised answers (the gold ranked first, fixed fillers), whatever the run trained on
+    examples = {
+        (split, target): task.sft_examples_for(pools, target)
+        for split, pools in splits.items()
+        for target in set(targets)
+    }
     sizes = ", ".join(f"{len(pools)} {split} users" for split, pools in splits.items())
     print(f"construction {task.construction}: {sizes}")
-    kept = kept_readings(args.out, [str(run) for run in args.runs], list(splits), args.target)
+    kept = kept_readings(args.out, [str(run) for run in args.runs], list(splits), targets)
     rows = []
-    for run, label in zip(args.runs, labels):
-        if len(kept.get(str(run), [])) == len(splits):
-            rows += [r | {"label": label} for r in kept[str(run)]]
+    for run, label, target in zip(args.runs, labels, targets):
+        if len(kept.get((str(run), target), [])) == len(splits):
+            rows += [r | {"label": label} for r in kept[str(run), target]]
             print(f"{run}: kept from {args.out}")
             continue
         if run not in present:
@@ -173,10 +186,10 @@ def main() -> None:
         model.eval()
         cells = []
         for split, pools in splits.items():
-            p, top = gold_at_rank_first(model, tok, examples[split], pools)
+            p, top = gold_at_rank_first(model, tok, examples[split, target], pools)
             cells.append(f"{split}: p(gold) {p:.3f}, gold most likely {top:.2f}")
             row = {"label": label, "run": str(run), "split": split, "p_gold": p, "gold_top": top}
-            rows.append(row | {"target": args.target})
+            rows.append(row | {"target": target})
         print(f"{run}: " + "; ".join(cells), flush=True)
     if args.out:
         write_readings(rows, args.out)

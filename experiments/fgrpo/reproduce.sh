@@ -149,6 +149,12 @@ control_rows() {  # control_rows <model>
       RUN_NAME=fgrpo/control_grpo/$arm pipeline fgrpo/control_grpo "$m" "${weak[@]}" ${arms[$arm]} \
         "experiment_name=fgrpo/control_grpo/$arm"
     done
+    # ... and the stop arm from a gold-first warm start (2 steps of the hint SFT with the gold opening the slate,
+    # chosen on training users): the reading of why the stop arm's seeds part ways, tested
+    # shellcheck disable=SC2086  # the stop arm's overrides, a word each
+    RUN_NAME=fgrpo/control_grpo/hint_gold_first pipeline fgrpo/control_grpo "$m" task.construction=hint \
+      schedule.warmstart_target=gold_first schedule.sft_epochs=0.125 ${arms[hint_weak_stop]} \
+      experiment_name=fgrpo/control_grpo/hint_gold_first
   done
   SEED=0
 }

@@ -63,13 +63,23 @@ def test_readings_already_in_the_csv_are_kept_in_the_order_asked(probe, tmp_path
         out,
     )
     kept = probe.kept_readings(out, ["b", "a", "c"], ["train", "eval"])
-    assert [r["split"] for r in kept["a"]] == ["train", "eval"] and kept["a"][0]["p_gold"] == 0.3
-    assert [r["split"] for r in kept["b"]] == ["train"] and kept["c"] == []  # b lacks eval: read again
+    a, b, c = (kept[run, "gold_fixed"] for run in "abc")  # readings from before --target forced gold_fixed
+    assert [r["split"] for r in a] == ["train", "eval"] and a[0]["p_gold"] == 0.3
+    assert [r["split"] for r in b] == ["train"] and c == []  # b lacks eval: read again
     # a reading keeps the slate it forced: asked for another target, nothing is kept and it is read again
-    assert probe.kept_readings(out, ["a"], ["train"], "gold_first") == {"a": []}
-    rows = probe.kept_readings(out, ["a"], ["train"])["a"]
-    probe.write_readings(rows + [rows[0] | {"label": "A'", "target": "gold_first"}], out)
-    assert probe.kept_readings(out, ["a"], ["train"], "gold_first")["a"][0]["label"] == "A'"
+    assert probe.kept_readings(out, ["a"], ["train"], ["gold_first"]) == {("a", "gold_first"): []}
+    first = {
+        "label": "A'",
+        "run": "a",
+        "split": "train",
+        "p_gold": 0.7,
+        "gold_top": 0.6,
+        "target": "gold_first",
+    }
+    probe.write_readings(probe.kept_readings(out, ["a"], ["train"])["a", "gold_fixed"] + [first], out)
+    both = probe.kept_readings(out, ["a", "a"], ["train"], ["gold_fixed", "gold_first"])
+    assert [r["label"] for r in both["a", "gold_fixed"]] == ["A"]  # one run, two targets: two readings
+    assert [r["p_gold"] for r in both["a", "gold_first"]] == [0.7]
     assert "| gold_first " in out.with_suffix(".md").read_text()
 
 
