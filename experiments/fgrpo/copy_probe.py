@@ -79,7 +79,8 @@ def readings_table(readings: pd.DataFrame, source: str) -> str:
         "(SmolLM2-135M-Instruct, scale cpu, MovieLens-100K: the control's 128 training users and 100 "
         "evaluation users; one run a row, its seed the `seedK` in its folder). "
         '"slate forced": `gold_fixed`, the gold among the first ids in list order; `gold_first`, the '
-        'same ids with the gold first. "gold most likely": the share of users for whom the '
+        "same ids with the gold first, where a rank that copies the slate's first id reads as copying the "
+        'hint without reading it. "gold most likely": the share of users for whom the '
         "gold's id is the most likely of the 20.\n\n"
     )
     table = pd.DataFrame(rows).fillna("-")  # a run read on one user set only (a candidate warm start)
