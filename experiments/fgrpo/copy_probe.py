@@ -189,8 +189,16 @@ def main() -> None:
         for split, pools in splits.items():
             p, top = gold_at_rank_first(model, tok, examples[split, target], pools)
             cells.append(f"{split}: p(gold) {p:.3f}, gold most likely {top:.2f}")
-            row = {"label": label, "run": str(run), "split": split, "p_gold": p, "gold_top": top}
-            rows.append(row | {"target": target})
+            rows.append(
+                {
+                    "label": label,
+                    "run": str(run),
+                    "split": split,
+                    "p_gold": p,
+                    "gold_top": top,
+                    "target": target,
+                }
+            )
         print(f"{run}: " + "; ".join(cells), flush=True)
     if args.out:
         write_readings(rows, args.out)
