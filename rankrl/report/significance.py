@@ -53,7 +53,8 @@ the smaller of ``P(delta* <= 0)`` and ``P(delta* >= 0)``, the 95% interval ``mea
 ``P(Z sqrt(V*) >= h) = 0.025``: ``Z`` is integrated out exactly and ``V*`` drawn ``DRAWS`` times, stratified
 (Latin hypercube), from a fixed seed, so the file is the same on every rebuild. p below 0.0001 prints as
 ``< 0.0001``, never 0. Without a query term (one query) it is the paired t-test over seeds; with one seed,
-the paired t-test over queries.
+the paired t-test over queries. Paired sides equal in every run and query read "identical in every run and
+query": their interval has zero width because nothing differs, not because the test is sharp.
 
 Why this test. Measured in ``tests/report/test_significance_simulation.py`` (no true difference, normal
 noise at the spreads of the committed runs, 3 and 5 seeds): its false-positive rate at alpha = 0.05 is
@@ -437,6 +438,8 @@ def seed_aware_test(
         return {**result, "p": float("nan"), "p_shown": "", "verdict": "one run and one query: no test"}
     tested = {k: float(v) for k, v in pivot_test(float(mean), variance, draws).items()}
     verdict = "a > b" if tested["ci_low"] > 0 else "a < b" if tested["ci_high"] < 0 else "no difference shown"
+    if test != "unpaired" and not np.any(A - B):  # the interval has zero width: nothing differs
+        verdict = "identical in every run and query"
     return {
         **result,
         **tested,

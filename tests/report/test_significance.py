@@ -41,7 +41,7 @@ def test_identical_sides_give_p_one():
     same = _matrix([[0.0, 1.0, 0.5, 0.5], [0.5, 0.5, 0.0, 1.0]])
     result = seed_aware_test(same, same)
     assert result["test"] == "paired" and result["diff"] == 0 and result["se"] == 0
-    assert result["p"] == 1 and result["mde"] == 0 and result["verdict"] == "no difference shown"
+    assert result["p"] == 1 and result["mde"] == 0 and result["verdict"] == "identical in every run and query"
 
 
 def test_paired_seeds_cancel_the_run_shift_both_sides_share():
