@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
@@ -390,7 +391,8 @@ def test_make_lists_every_cogr_row_without_running_one():
 
 def test_make_with_control_lists_every_fgrpo_control_arm_its_tables_read():
     """`CONTROL=1 make -n reproduce-fgrpo` (the CPU profile) prints a pipeline for every F-GRPO control arm
-    whose stages the tables read: an arm is named by its experiment_name, or by its rung when it has none."""
+    whose stages the tables read: an arm is named by its experiment_name, or by its rung when it has none.
+    Each named arm runs exactly the seeds its committed results hold, whatever SEEDS says."""
     out = subprocess.run(
         ["make", "-n", "reproduce-fgrpo"],
         cwd=REPO_ROOT,
@@ -413,9 +415,31 @@ def test_make_with_control_lists_every_fgrpo_control_arm_its_tables_read():
         return named == [f"fgrpo/control_grpo/{arm}"] or (not named and f"task.construction={arm}" in words)
 
     assert not [arm for arm in sorted(arms) if not any(runs(arm, words) for words in lines)]
-    (g8,) = [words for words in lines if "experiment_name=fgrpo/control_grpo/hint_weak_g8" in words]
-    assert {"trainer.group_size=8", "task.end_of_turn_in_rank=true", "schedule.sft_epochs=0.375"} <= set(g8)
-    (first,) = [words for words in lines if "experiment_name=fgrpo/control_grpo/hint_gold_first" in words]
-    assert {"task.delimiters_in_loss=true", "task.end_of_turn_in_rank=true"} <= set(first)
-    assert {"schedule.warmstart_target=gold_first", "schedule.sft_epochs=0.125"} <= set(first)
+
+    def arm(name: str) -> tuple[set[str], set[int]]:
+        """The overrides of an arm's pipelines (one set for every seed) and the seeds they run."""
+        made = [words for words in lines if f"experiment_name=fgrpo/control_grpo/{name}" in words]
+        overrides = {frozenset(w for w in words if not w.startswith("seed=")) for words in made}
+        assert len(overrides) == 1, name
+        seeds = {int(w.removeprefix("seed=")) for words in made for w in words if w.startswith("seed=")}
+        return set(*overrides), seeds
+
+    g8, _ = arm("hint_weak_g8")
+    assert {"trainer.group_size=8", "task.end_of_turn_in_rank=true", "schedule.sft_epochs=0.375"} <= g8
+    first, _ = arm("hint_gold_first")
+    assert {"task.delimiters_in_loss=true", "task.end_of_turn_in_rank=true"} <= first
+    assert {"schedule.warmstart_target=gold_first", "schedule.sft_epochs=0.125"} <= first
     assert "trainer.group_size=8" not in first
+    # the F1 and T1 arms are the gold-first arm with one change each
+    for name, change in [
+        ("hint_gold_first_f1", "task.slate_reward=f1"),
+        ("hint_gold_first_t1", "trainer.sampling.temperature=1.0"),
+    ]:
+        assert arm(name)[0] - first == {change, f"experiment_name=fgrpo/control_grpo/{name}"}
+        assert change not in first
+    # every named arm runs the seeds of its committed rows (results/runs.csv), so CONTROL=1 rebuilds them
+    named = {w.split("/")[-1] for words in lines for w in words if w.startswith("experiment_name=")}
+    results = pd.read_csv(REPO_ROOT / "experiments" / "fgrpo" / "results" / "runs.csv")
+    results = results[results.experiment.str.startswith("fgrpo/control_grpo/")]
+    committed = results.groupby(results.experiment.str.split("/").str[2]).seed.agg(set)
+    assert {name: arm(name)[1] for name in named} == {name: set(committed.get(name, ())) for name in named}

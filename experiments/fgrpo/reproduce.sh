@@ -107,8 +107,8 @@ done
 # CONTROL=1 (CPU profile): the positive control (#41; README "Positive control"), MovieLens, each rung's SFT
 # ~15 min and its F-GRPO pipeline ~40 min a seed on one core. Rungs (CONTROL_CONSTRUCTIONS): marked (gold SFT
 # with the paper's seeded fillers, then with fixed ones), echo (fixed fillers); each then the F-GRPO row with
-# a budget from a format-only warm start; then hint's supervision and its F-GRPO arms (~40-60 min each a
-# seed). CONTROL_CONSTRUCTIONS=popularity for another rung
+# a budget from a format-only warm start; then hint's supervision (for SEEDS) and its F-GRPO arms (~35-60 min
+# a run; each arm over the seeds its preregistration named). CONTROL_CONSTRUCTIONS=popularity for another rung
 control_rows() {  # control_rows <model>
   local m=$1 c target targets
   for SEED in $(seeds); do
@@ -134,27 +134,33 @@ control_rows() {  # control_rows <model>
     RUN_NAME=fgrpo/control_sft/hint/gold_fixed run train fgrpo/control_sft "$m" task.construction=hint \
       task.sft_target=gold_fixed trainer.resume=true
     RUN_NAME=fgrpo/control_grpo/hint pipeline fgrpo/control_grpo "$m" task.construction=hint
-    # ... and F-GRPO from a partial supervision (half an epoch of the hint SFT), the arm preregistered after it
-    RUN_NAME=fgrpo/control_grpo/hint_partial pipeline fgrpo/control_grpo "$m" task.construction=hint \
-      schedule.warmstart_target=gold_fixed schedule.sft_epochs=0.5 experiment_name=fgrpo/control_grpo/hint_partial
-    # ... from the weak supervision (6 steps of the hint SFT, chosen on training users), then its diagnosis arms,
-    # each one change from the arm it tests (conf/experiment/fgrpo/control_grpo.yaml says why, in this order)
-    local weak=(task.construction=hint schedule.warmstart_target=gold_fixed schedule.sft_epochs=0.375) arm
-    local -A arms=([hint_weak]="" [hint_weak_delimiters]="task.delimiters_in_loss=true"
-      [hint_weak_kl]="trainer.beta=0.04"
-      [hint_weak_stop]="task.delimiters_in_loss=true task.end_of_turn_in_rank=true")
-    arms[hint_weak_g8]="${arms[hint_weak_stop]} trainer.group_size=8"  # the stop arm at the paper's G
-    for arm in hint_weak hint_weak_delimiters hint_weak_kl hint_weak_stop hint_weak_g8; do
+  done
+  # The hint rung's F-GRPO arms, each over the seeds its preregistration named (conf/experiment/fgrpo/
+  # control_grpo.yaml says why each arm and seed, in this order), whatever SEEDS says: so CONTROL=1 rebuilds
+  # every committed row of them (tests/test_paper_path.py holds these lists to results/runs.csv).
+  # Partial supervision (half an epoch of the hint SFT), then the weak supervision (6 steps of it, chosen on
+  # training users) and its diagnosis arms, each one change from the arm it tests; then the stop arm from a
+  # gold-first warm start (2 steps of the hint SFT with the gold opening the slate, chosen on training users),
+  # and that arm with the paper's F1 slate reward (it does not pay a blind slate) or sampled at T=1
+  local weak=(task.construction=hint schedule.warmstart_target=gold_fixed schedule.sft_epochs=0.375)
+  local lead=(task.construction=hint schedule.warmstart_target=gold_first schedule.sft_epochs=0.125) arm
+  local stop="task.delimiters_in_loss=true task.end_of_turn_in_rank=true"
+  local -A arms=([hint_partial]="task.construction=hint schedule.warmstart_target=gold_fixed schedule.sft_epochs=0.5"
+    [hint_weak]="${weak[*]}" [hint_weak_delimiters]="${weak[*]} task.delimiters_in_loss=true"
+    [hint_weak_kl]="${weak[*]} trainer.beta=0.04" [hint_weak_stop]="${weak[*]} $stop"
+    [hint_weak_g8]="${weak[*]} $stop trainer.group_size=8"  # the stop arm at the paper's G
+    [hint_gold_first]="${lead[*]} $stop" [hint_gold_first_f1]="${lead[*]} $stop task.slate_reward=f1"
+    [hint_gold_first_t1]="${lead[*]} $stop trainer.sampling.temperature=1.0")
+  local -A arm_seeds=([hint_partial]=0 [hint_weak]=0 [hint_weak_delimiters]="0 1 2" [hint_weak_kl]=0
+    [hint_weak_stop]="0 1 2 5" [hint_weak_g8]="0 2 5" [hint_gold_first]="0 2 5" [hint_gold_first_f1]="2 5 0"
+    [hint_gold_first_t1]="2 5 0")
+  for arm in hint_partial hint_weak hint_weak_delimiters hint_weak_kl hint_weak_stop hint_weak_g8 \
+    hint_gold_first hint_gold_first_f1 hint_gold_first_t1; do
+    for SEED in ${arm_seeds[$arm]}; do
       # shellcheck disable=SC2086  # the arm's overrides, a word each
-      RUN_NAME=fgrpo/control_grpo/$arm pipeline fgrpo/control_grpo "$m" "${weak[@]}" ${arms[$arm]} \
+      RUN_NAME=fgrpo/control_grpo/$arm pipeline fgrpo/control_grpo "$m" ${arms[$arm]} \
         "experiment_name=fgrpo/control_grpo/$arm"
     done
-    # ... and the stop arm from a gold-first warm start (2 steps of the hint SFT with the gold opening the slate,
-    # chosen on training users): the reading of why the stop arm's seeds part ways, tested
-    # shellcheck disable=SC2086  # the stop arm's overrides, a word each
-    RUN_NAME=fgrpo/control_grpo/hint_gold_first pipeline fgrpo/control_grpo "$m" task.construction=hint \
-      schedule.warmstart_target=gold_first schedule.sft_epochs=0.125 ${arms[hint_weak_stop]} \
-      experiment_name=fgrpo/control_grpo/hint_gold_first
   done
   SEED=0
 }
