@@ -27,9 +27,10 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     check_config(cfg, train=False)
     # torch and the models load here, not at import: `--help` and `--cfg job` answer without them
     from rankrl import app
-    from rankrl.runs import run_record, seed_everything, tracked_config, write_run_files
+    from rankrl.runs import git_commit, run_record, seed_everything, tracked_config, write_run_files
     from rankrl.tracking import RunLogger
 
+    git_commit()  # the code this run starts with, before anything can check out another
     app.check_machine(cfg)
     seed_everything(int(cfg.seed))
     task = app.build_task(cfg)

@@ -7,6 +7,7 @@ writing its metrics never shows up as a number.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import os
 import random
@@ -29,8 +30,12 @@ __all__ = ["METRICS_FILE", "PER_QUERY_FILE", "SCHEMA", "run_record", "write_run_
 SCHEMA = "rankrl.metrics/v1"
 
 
+@functools.cache
 def git_commit() -> str:
-    """The repository's HEAD commit, with ``-dirty`` when tracked files differ; ``unknown`` outside git."""
+    """The repository's HEAD commit, with ``-dirty`` when tracked files differ; ``unknown`` outside git.
+
+    Read once a process: ``rankrl.train`` and ``rankrl.evaluate`` read it at start-up, so a run's records name
+    the code it started with, not whatever is checked out when its metrics.json is written an hour later."""
     try:
         head = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True

@@ -35,9 +35,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     from rankrl.rl.checkpoint import finish_checkpoints
     from rankrl.rl.config import build_trainer_config
     from rankrl.rl.trainer import make_loop
-    from rankrl.runs import run_record, seed_everything, tracked_config, write_run_files
+    from rankrl.runs import git_commit, run_record, seed_everything, tracked_config, write_run_files
     from rankrl.tracking import RunLogger
 
+    git_commit()  # the code this run starts with, before anything can check out another
     app.check_machine(cfg)
     trainer_cfg = build_trainer_config(cfg.trainer)
     ddp.init_from_env()

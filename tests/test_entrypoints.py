@@ -19,6 +19,25 @@ def _run(*args: str) -> subprocess.CompletedProcess:
     return out
 
 
+def test_a_run_records_the_commit_it_started_with(monkeypatch):
+    """A checkout during a long run (another commit, or files edited) must not relabel the run: metrics.json
+    is written at the end, and the commit it names is the one read at start-up."""
+    from rankrl import runs
+
+    runs.git_commit.cache_clear()
+    started = runs.git_commit()
+
+    def checked_out_since(args, **kwargs):
+        return subprocess.CompletedProcess(args, 0, stdout="feedbeef\n" if "rev-parse" in args else " M x\n")
+
+    monkeypatch.setattr(runs.subprocess, "run", checked_out_since)
+    assert runs.git_commit() == started != "feedbeef-dirty"
+    runs.git_commit.cache_clear()
+    assert runs.git_commit() == "feedbeef-dirty"  # what a fresh process would read now
+    monkeypatch.undo()
+    runs.git_commit.cache_clear()
+
+
 @pytest.mark.parametrize("benchmark,ndcg", [("dl19", 0.5058), ("dl20", 0.4796)])
 def test_bm25_rows_are_exact(tmp_path, data_dir, benchmark, ndcg):
     _run(
