@@ -418,7 +418,7 @@ def test_make_with_control_lists_every_fgrpo_control_arm_its_tables_read():
 
     def arm(name: str) -> tuple[set[str], set[int]]:
         """The overrides of an arm's pipelines (one set for every seed) and the seeds they run."""
-        made = [words for words in lines if f"experiment_name=fgrpo/control_grpo/{name}" in words]
+        made = [words for words in lines if runs(name, words)]
         overrides = {frozenset(w for w in words if not w.startswith("seed=")) for words in made}
         assert len(overrides) == 1, name
         seeds = {int(w.removeprefix("seed=")) for words in made for w in words if w.startswith("seed=")}

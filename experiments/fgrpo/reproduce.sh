@@ -142,15 +142,15 @@ control_rows() {  # control_rows <model>
   # training users) and its diagnosis arms, each one change from the arm it tests; then the stop arm from a
   # gold-first warm start (2 steps of the hint SFT with the gold opening the slate, chosen on training users),
   # and that arm with the paper's F1 slate reward (it does not pay a blind slate) or sampled at T=1
-  local weak=(task.construction=hint schedule.warmstart_target=gold_fixed schedule.sft_epochs=0.375)
-  local lead=(task.construction=hint schedule.warmstart_target=gold_first schedule.sft_epochs=0.125) arm
+  local arm weak="task.construction=hint schedule.warmstart_target=gold_fixed schedule.sft_epochs=0.375"
+  local lead="task.construction=hint schedule.warmstart_target=gold_first schedule.sft_epochs=0.125"
   local stop="task.delimiters_in_loss=true task.end_of_turn_in_rank=true"
   local -A arms=([hint_partial]="task.construction=hint schedule.warmstart_target=gold_fixed schedule.sft_epochs=0.5"
-    [hint_weak]="${weak[*]}" [hint_weak_delimiters]="${weak[*]} task.delimiters_in_loss=true"
-    [hint_weak_kl]="${weak[*]} trainer.beta=0.04" [hint_weak_stop]="${weak[*]} $stop"
-    [hint_weak_g8]="${weak[*]} $stop trainer.group_size=8"  # the stop arm at the paper's G
-    [hint_gold_first]="${lead[*]} $stop" [hint_gold_first_f1]="${lead[*]} $stop task.slate_reward=f1"
-    [hint_gold_first_t1]="${lead[*]} $stop trainer.sampling.temperature=1.0")
+    [hint_weak]="$weak" [hint_weak_delimiters]="$weak task.delimiters_in_loss=true"
+    [hint_weak_kl]="$weak trainer.beta=0.04" [hint_weak_stop]="$weak $stop"
+    [hint_weak_g8]="$weak $stop trainer.group_size=8"  # the stop arm at the paper's G
+    [hint_gold_first]="$lead $stop" [hint_gold_first_f1]="$lead $stop task.slate_reward=f1"
+    [hint_gold_first_t1]="$lead $stop trainer.sampling.temperature=1.0")
   local -A arm_seeds=([hint_partial]=0 [hint_weak]=0 [hint_weak_delimiters]="0 1 2" [hint_weak_kl]=0
     [hint_weak_stop]="0 1 2 5" [hint_weak_g8]="0 2 5" [hint_gold_first]="0 2 5" [hint_gold_first_f1]="2 5 0"
     [hint_gold_first_t1]="2 5 0")
