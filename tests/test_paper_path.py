@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from rankrl.config import REPO_ROOT
 from rankrl.data.trec import BRIGHT_TASKS
@@ -401,11 +402,8 @@ def test_make_with_control_lists_every_fgrpo_control_arm_its_tables_read():
         timeout=120,
         env={**os.environ, "MAKEFLAGS": "", "CONTROL": "1"},
     ).stdout
-    lines = [
-        line.split()
-        for line in out.splitlines()
-        if "-m rankrl.pipeline experiment=fgrpo/control_grpo" in line
-    ]
+    pipelines = [line.split() for line in out.splitlines() if "-m rankrl.pipeline" in line]
+    lines = [words for words in pipelines if "experiment=fgrpo/control_grpo" in words]
     spec = (REPO_ROOT / "experiments" / "fgrpo" / "tables.yaml").read_text()
     arms = set(re.findall(r"experiment: fgrpo/control_grpo/([\w.]+)/(?:warmstart|fgrpo)\b", spec))
     assert {"hint", "hint_weak_stop", "hint_weak_g8"} <= arms
@@ -437,9 +435,36 @@ def test_make_with_control_lists_every_fgrpo_control_arm_its_tables_read():
     ]:
         assert arm(name)[0] - first == {change, f"experiment_name=fgrpo/control_grpo/{name}"}
         assert change not in first
+    # the format-first arm (an experiment file of its own) runs the F1 arm's overrides
+    format_first = [words for words in pipelines if "experiment=fgrpo/control_grpo_format_first" in words]
+    overrides = {frozenset(w for w in words if not w.startswith("seed=")) for words in format_first}
+    assert len(overrides) == 1
+    assert set(*overrides) ^ arm("hint_gold_first_f1")[0] == {
+        "experiment=fgrpo/control_grpo_format_first",
+        "experiment=fgrpo/control_grpo",
+        "experiment_name=fgrpo/control_grpo/hint_gold_first_f1",
+    }
     # every named arm runs the seeds of its committed rows (results/runs.csv), so CONTROL=1 rebuilds them
     named = {w.split("/")[-1] for words in lines for w in words if w.startswith("experiment_name=")}
     results = pd.read_csv(REPO_ROOT / "experiments" / "fgrpo" / "results" / "runs.csv")
-    results = results[results.experiment.str.startswith("fgrpo/control_grpo/")]
-    committed = results.groupby(results.experiment.str.split("/").str[2]).seed.agg(set)
+    control = results[results.experiment.str.startswith("fgrpo/control_grpo/")]
+    committed = control.groupby(control.experiment.str.split("/").str[2]).seed.agg(set)
     assert {name: arm(name)[1] for name in named} == {name: set(committed.get(name, ())) for name in named}
+    ran = set(results[results.experiment.str.startswith("fgrpo/control_grpo_format_first/hint/")].seed)
+    assert {int(w.removeprefix("seed=")) for words in format_first for w in words if w[:5] == "seed="} == ran
+
+
+def test_the_format_first_arm_is_the_control_pipeline_with_a_format_stage_first():
+    """fgrpo/control_grpo_format_first repeats control_grpo's stages (Hydra replaces a list whole): they must
+    stay equal, so the arm differs from the F1 arm by its first stage only."""
+    from tests.conftest import compose
+
+    arm = compose("train", ["experiment=fgrpo/control_grpo_format_first"])
+    parent = compose("train", ["experiment=fgrpo/control_grpo"])
+    assert arm.pipeline[1:] == parent.pipeline
+    first = arm.pipeline[0]
+    assert [first.name, *first.overrides[:2]] == ["format", "trainer=sft", "task.sft_target=format"]
+    arm_rest, parent_rest = (OmegaConf.to_container(c, resolve=False) for c in (arm, parent))
+    for rest in (arm_rest, parent_rest):
+        del rest["pipeline"], rest["experiment_name"]
+    assert arm_rest == parent_rest

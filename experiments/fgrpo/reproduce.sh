@@ -141,7 +141,9 @@ control_rows() {  # control_rows <model>
   # Partial supervision (half an epoch of the hint SFT), then the weak supervision (6 steps of it, chosen on
   # training users) and its diagnosis arms, each one change from the arm it tests; then the stop arm from a
   # gold-first warm start (2 steps of the hint SFT with the gold opening the slate, chosen on training users),
-  # and that arm with the paper's F1 slate reward (it does not pay a blind slate) or sampled at T=1
+  # and that arm with the paper's F1 slate reward (it does not pay a blind slate) or sampled at T=1; last, the
+  # F1 arm with the format-only warm start before its gold-first steps (an experiment file of its own: one
+  # more pipeline stage, run folders fgrpo/control_grpo_format_first/hint)
   local arm weak="task.construction=hint schedule.warmstart_target=gold_fixed schedule.sft_epochs=0.375"
   local lead="task.construction=hint schedule.warmstart_target=gold_first schedule.sft_epochs=0.125"
   local stop="task.delimiters_in_loss=true task.end_of_turn_in_rank=true"
@@ -161,6 +163,11 @@ control_rows() {  # control_rows <model>
       RUN_NAME=fgrpo/control_grpo/$arm pipeline fgrpo/control_grpo "$m" ${arms[$arm]} \
         "experiment_name=fgrpo/control_grpo/$arm"
     done
+  done
+  for SEED in 2 5 0; do
+    # shellcheck disable=SC2086  # the F1 arm's overrides, a word each
+    RUN_NAME=fgrpo/control_grpo_format_first/hint pipeline fgrpo/control_grpo_format_first "$m" \
+      ${arms[hint_gold_first_f1]}
   done
   SEED=0
 }
