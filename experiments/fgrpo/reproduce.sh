@@ -155,7 +155,7 @@ control_rows() {  # control_rows <model>
     [hint_gold_first_t1]="$lead $stop trainer.sampling.temperature=1.0")
   local -A arm_seeds=([hint_partial]=0 [hint_weak]=0 [hint_weak_delimiters]="0 1 2" [hint_weak_kl]=0
     [hint_weak_stop]="0 1 2 5" [hint_weak_g8]="0 2 5" [hint_gold_first]="0 2 5" [hint_gold_first_f1]="2 5 0"
-    [hint_gold_first_t1]="2 5 0")
+    [hint_gold_first_t1]="2 5 0" [hint_format_first]="2 5 0")
   for arm in hint_partial hint_weak hint_weak_delimiters hint_weak_kl hint_weak_stop hint_weak_g8 \
     hint_gold_first hint_gold_first_f1 hint_gold_first_t1; do
     for SEED in ${arm_seeds[$arm]}; do
@@ -164,7 +164,7 @@ control_rows() {  # control_rows <model>
         "experiment_name=fgrpo/control_grpo/$arm"
     done
   done
-  for SEED in 2 5 0; do
+  for SEED in ${arm_seeds[hint_format_first]}; do
     # shellcheck disable=SC2086  # the F1 arm's overrides, a word each
     RUN_NAME=fgrpo/control_grpo_format_first/hint pipeline fgrpo/control_grpo_format_first "$m" \
       ${arms[hint_gold_first_f1]}
