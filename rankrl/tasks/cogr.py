@@ -768,13 +768,28 @@ class CoGRTask(CatalogOnDemand, TaskBase):
     def query_targets(self, item_keywords: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
         """Each training query's SFT target (``query_sft_target``; the paper's: ``query_sft_targets``)."""
         train = self.catalog.split("train")
-        if self.query_sft_target == "format":  # a seeded item that is not relevant: its words, no gold
+        if self.query_sft_target == "format":  # a seeded item's words that retrieve none of q's: no gold
+            # "not relevant" alone is not enough: another item's words can name a relevant item's term (seen
+            # on the 470-passage catalog), so each candidate is scored through the index the query side meets
+            index = (
+                self.fixed_index()[1]
+                if self.construction == "query_echo"
+                else build_index(self.catalog.items, item_keywords, self.k_max)
+            )
             rng = random.Random(f"{self.seed}\x00cogr-format")
             items = sorted(item_keywords)
+            words = {i: within_budget(item_keywords[i], self.query_budget) for i in items}
             targets = {}
             for q in train:
-                others = [i for i in items if i not in self.catalog.relevant[q] and item_keywords[i]]
-                targets[q] = within_budget(item_keywords[rng.choice(others)], self.query_budget)
+                query, relevant = self.catalog.queries[q], self.catalog.relevant[q]
+                others = [
+                    i
+                    for i in items
+                    if i not in relevant
+                    and words[i]
+                    and query_reward(words[i], query, relevant, index, self.k_max) == 0.0
+                ]
+                targets[q] = words[rng.choice(others)]
             return targets
         if self.construction == "query_echo":
             return {q: words for q in train if (words := content_words(self.catalog.queries[q].text))}

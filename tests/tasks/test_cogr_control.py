@@ -8,21 +8,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from rankrl.data.catalogs import Catalog
 from rankrl.data.records import Document, Query
 from rankrl.errors import ConfigError
 from rankrl.rollout.base import Generation
 from rankrl.tasks.cogr import CoGRTask, content_words, echo_terms, parse_keywords
-from tests.conftest import require_data
+from tests.conftest import CONFIG_DIR, require_data
 
-CPU_CATALOG = {
-    "max_queries": 40,
-    "relevant_per_query": 3,
-    "passages_per_query": 5,
-    "num_validation": 10,
-    "seed": 0,
-}
+# the CPU rows' catalog, from its one home (conf/benchmark/dl-pools-cpu.yaml)
+CPU_CATALOG = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "benchmark" / "dl-pools-cpu.yaml").options)
 SHARED = {"shared": {"init_from": None}}
 
 
@@ -74,7 +70,7 @@ class Answers:
 def test_copying_the_querys_own_words_retrieves_exactly_its_relevant_passages(tmp_path) -> None:
     task = control(tmp_path)
     copy = task.evaluate({"shared": Answers(lambda q: ", ".join(content_words(q)))}, "validation")["metrics"]
-    assert copy["f1"] == copy["train_f1"] == 1.0 and copy["num_queries"] == 10 and copy["item_keywords"] == 0
+    assert copy["f1"] == copy["train_f1"] == 1.0 and copy["num_queries"] == 64 and copy["item_keywords"] == 0
     nothing = control(tmp_path / "other").evaluate({"shared": Answers(lambda q: "")}, "validation")["metrics"]
     assert nothing["f1"] == nothing["train_f1"] == 0.0  # the query string alone matches no passage's bag
     # the reward GRPO gets: F1 through the same index
