@@ -770,7 +770,8 @@ class CoGRTask(CatalogOnDemand, TaskBase):
         train = self.catalog.split("train")
         if self.query_sft_target == "format":  # a seeded item's words that retrieve none of q's: no gold
             # "not relevant" alone is not enough: another item's words can name a relevant item's term (seen
-            # on the 470-passage catalog), so each candidate is scored through the index the query side meets
+            # on the 94-query catalog), so a draw whose words score through the index the query side meets is
+            # drawn again (a redraw, not a filter: catalogs where no draw scores keep their earlier targets)
             index = (
                 self.fixed_index()[1]
                 if self.construction == "query_echo"
@@ -778,18 +779,19 @@ class CoGRTask(CatalogOnDemand, TaskBase):
             )
             rng = random.Random(f"{self.seed}\x00cogr-format")
             items = sorted(item_keywords)
-            words = {i: within_budget(item_keywords[i], self.query_budget) for i in items}
             targets = {}
             for q in train:
                 query, relevant = self.catalog.queries[q], self.catalog.relevant[q]
-                others = [
-                    i
-                    for i in items
-                    if i not in relevant
-                    and words[i]
-                    and query_reward(words[i], query, relevant, index, self.k_max) == 0.0
-                ]
-                targets[q] = words[rng.choice(others)]
+                others = [i for i in items if i not in relevant and item_keywords[i]]
+                for _ in range(len(others)):
+                    words = within_budget(item_keywords[rng.choice(others)], self.query_budget)
+                    if query_reward(words, query, relevant, index, self.k_max) == 0.0:
+                        break
+                else:
+                    raise ValueError(
+                        f"no format target for query {q}: all {len(others)} draws retrieve its items"
+                    )
+                targets[q] = words
             return targets
         if self.construction == "query_echo":
             return {q: words for q in train if (words := content_words(self.catalog.queries[q].text))}

@@ -15,10 +15,10 @@ from rankrl.data.records import Document, Query
 from rankrl.errors import ConfigError
 from rankrl.rollout.base import Generation
 from rankrl.tasks.cogr import CoGRTask, content_words, echo_terms, parse_keywords
-from tests.conftest import CONFIG_DIR, require_data
+from tests.conftest import compose, require_data
 
-# the CPU rows' catalog, from its one home (conf/benchmark/dl-pools-cpu.yaml)
-CPU_CATALOG = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "benchmark" / "dl-pools-cpu.yaml").options)
+# the control's catalog as its experiment composes it (the 40-query cut of dl-pools-cpu)
+CPU_CATALOG = OmegaConf.to_container(compose(overrides=["experiment=cogr/control_sft"]).benchmark.options)
 SHARED = {"shared": {"init_from": None}}
 
 
@@ -70,7 +70,7 @@ class Answers:
 def test_copying_the_querys_own_words_retrieves_exactly_its_relevant_passages(tmp_path) -> None:
     task = control(tmp_path)
     copy = task.evaluate({"shared": Answers(lambda q: ", ".join(content_words(q)))}, "validation")["metrics"]
-    assert copy["f1"] == copy["train_f1"] == 1.0 and copy["num_queries"] == 64 and copy["item_keywords"] == 0
+    assert copy["f1"] == copy["train_f1"] == 1.0 and copy["num_queries"] == 10 and copy["item_keywords"] == 0
     nothing = control(tmp_path / "other").evaluate({"shared": Answers(lambda q: "")}, "validation")["metrics"]
     assert nothing["f1"] == nothing["train_f1"] == 0.0  # the query string alone matches no passage's bag
     # the reward GRPO gets: F1 through the same index
@@ -88,14 +88,16 @@ def test_gold_sft_targets_are_the_own_words_and_format_targets_score_nothing(tmp
     assert len(targets) == 30 and all(u.startswith("query:") for u in targets)
     for uid, keywords in targets.items():
         assert keywords == content_words(gold.catalog.queries[uid.split(":", 1)[1]].text)
-    fmt = control(tmp_path, query_sft_target="format")
-    fmt.bind("shared", {})
-    formatted = fmt.sft_examples()
-    assert all(parse_keywords(e.completion) for e in formatted)
-    examples = {e.uid: e for e in fmt.train_examples()}
-    scores = fmt.score([examples[e.uid] for e in formatted], [e.completion for e in formatted])
-    assert scores.format_ok.all() and scores.rewards.max() == 0.0  # well formed, and no gold in them
-    again = control(tmp_path, query_sft_target="format")
+    # seed 1 draws a passage whose words retrieve one of its query's passages: drawn again
+    for seed in (0, 1):
+        fmt = control(tmp_path, query_sft_target="format", seed=seed)
+        fmt.bind("shared", {})
+        formatted = fmt.sft_examples()
+        assert all(parse_keywords(e.completion) for e in formatted)
+        examples = {e.uid: e for e in fmt.train_examples()}
+        scores = fmt.score([examples[e.uid] for e in formatted], [e.completion for e in formatted])
+        assert scores.format_ok.all() and scores.rewards.max() == 0.0  # well formed, and no gold in them
+    again = control(tmp_path, query_sft_target="format", seed=1)  # the redraws are seeded too
     again.bind("shared", {})
     assert [e.completion for e in again.sft_examples()] == [e.completion for e in formatted]
 
@@ -109,3 +111,14 @@ def test_bad_control_settings_name_the_fix(tmp_path) -> None:
     item_side.side_choice = "item"
     with pytest.raises(ConfigError, match="task.side=query"):
         item_side.bind("shared", {})
+
+
+def test_the_controls_supervision_and_grpo_read_one_catalog() -> None:
+    """Both control files pin the 40-query cut (the rows read all 94 queries): a change to one alone would
+    compare supervision and GRPO on different held-out queries."""
+    sft, grpo, rows = (
+        compose(overrides=[f"experiment=cogr/{name}", "benchmark=dl-pools-cpu"]).benchmark
+        for name in ("control_sft", "control_grpo", "cogr")
+    )
+    assert sft == grpo and sft.options.max_queries == 40 and sft.options.num_validation == 10
+    assert rows.options.max_queries is None and rows.options.num_validation == 64
