@@ -67,9 +67,9 @@ if [[ $PROFILE == cpu ]]; then
     echo "== WANDS rows skipped: $DATA/wands/product.csv or label.csv missing (python -m rankrl.data.prepare --only wands)"
   fi
 fi
-# CONTROL=1 (CPU profile): the positive control (#41; README "Positive control"), dl-pools-cpu, ~25 min a seed
-# on one core: query-side SFT against the fixed echo index, then a query stage with a budget from a
-# format-only warm start
+# CONTROL=1 (CPU profile): the positive control (#41; README "Positive control"), on the 40-query cut of
+# dl-pools-cpu that its experiment files pin, ~15 min a seed on one core: query-side SFT against the fixed echo
+# index, then a query stage with a budget from a format-only warm start
 control_rows() {  # control_rows <model>
   local m=$1
   for SEED in $(seeds); do
