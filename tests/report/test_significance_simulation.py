@@ -80,6 +80,7 @@ SPREADS = [
     # back from a p_perm: the sd over the 64 queries of the seed-averaged difference
     Spread("cogr F1", queries=64, run_sd=0.060, query_sd=0.196),
 ]
+# COGR: the 40-query cut's spread, the largest run-level noise measured (the new one is SPREADS[-1])
 ROWS, COGR = SPREADS[0], SPREADS[1]
 CASES = [(spread, seeds) for spread in SPREADS for seeds in (3, 5)]
 

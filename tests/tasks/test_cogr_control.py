@@ -18,7 +18,7 @@ from rankrl.tasks.cogr import CoGRTask, content_words, echo_terms, parse_keyword
 from tests.conftest import compose, require_data
 
 # the control's catalog as its experiment composes it (the 40-query cut of dl-pools-cpu)
-CPU_CATALOG = OmegaConf.to_container(compose(overrides=["experiment=cogr/control_sft"]).benchmark.options)
+CONTROL_CATALOG = OmegaConf.to_container(compose(overrides=["experiment=cogr/control_sft"]).benchmark.options)
 SHARED = {"shared": {"init_from": None}}
 
 
@@ -39,7 +39,7 @@ def control(tmp_path: Path, **kwargs) -> CoGRTask:
     return CoGRTask(
         "dl-pools-cpu",
         data_dir=require_data(),
-        benchmark_options=CPU_CATALOG,
+        benchmark_options=CONTROL_CATALOG,
         role_specs=SHARED,
         model_path="base-model",
         run_dir=tmp_path / "run",
