@@ -162,8 +162,9 @@ def load_checkpoint(ckpt: Path, policy: torch.nn.Module, optimizer: torch.optim.
             optimizer.load_state_dict(state["optimizer"])
         else:
             log.warning(
-                "%s holds no optimizer state (its run had finished and kept the weights only, see "
-                "trainer.keep_checkpoints_when_done): the optimizer starts afresh",
+                "%s holds no optimizer state (its run had finished and kept the weights only): the optimizer "
+                "starts afresh, so the steps from here are not those of an unbroken run (to extend a run "
+                "later, train it with trainer.keep_checkpoints_when_done=true)",
                 ckpt,
             )
     rng = ckpt / f"rng_rank{ddp.rank()}.pt"

@@ -25,6 +25,9 @@ from rankrl.errors import ConfigError
 from rankrl.rollout.base import SamplingParams
 
 LR_SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine")
+# the schedulers whose rate at a step does not depend on the run's length: only under these does a run resumed
+# with another trainer.max_steps follow the rates an unbroken run of that length would
+LENGTH_FREE_SCHEDULERS = ("constant", "constant_with_warmup")
 
 
 @dataclass(frozen=True)

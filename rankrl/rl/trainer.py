@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 from transformers import get_scheduler
 
 from rankrl import distributed as ddp
+from rankrl.errors import ConfigError
 from rankrl.rl.checkpoint import (
     PromptOrder,
     latest_checkpoint,
@@ -28,7 +29,7 @@ from rankrl.rl.checkpoint import (
     resolve_resume_checkpoint,
     save_checkpoint,
 )
-from rankrl.rl.config import TrainerConfig
+from rankrl.rl.config import LENGTH_FREE_SCHEDULERS, TrainerConfig
 from rankrl.rl.steps import NonFiniteLossError, Step, build_step
 from rankrl.run_folders import CHECKPOINTS_DIR
 from rankrl.tracking import RunLogger
@@ -87,7 +88,12 @@ class TrainLoop:
     # ---------------------------------------------------------------- checkpoints
     def save(self) -> Path:
         """Checkpoint the run (every rank calls this: under FSDP the state is gathered from all of them)."""
-        state = {"step": self.step, "order": self.order.state(), "scheduler": self.scheduler.state_dict()}
+        state = {
+            "step": self.step,
+            "order": self.order.state(),
+            "scheduler": self.scheduler.state_dict(),
+            "optimizer_steps": self.cfg.optimizer_steps,  # the schedule's length (check_resumed_length)
+        }
         return save_checkpoint(
             self.ckpt_root, self.step, self.policy, self.optimizer, state, self.cfg.keep_checkpoints
         )
@@ -103,6 +109,7 @@ class TrainLoop:
             self._set_aside_earlier_run()
             return False
         state = load_checkpoint(ckpt, self.policy, self.optimizer)
+        check_resumed_length(self.cfg, state.get("optimizer_steps"), ckpt)
         self.scheduler.load_state_dict(state["scheduler"])
         self.order.epoch, self.order.index = state["order"]["epoch"], state["order"]["index"]
         self.step = state["step"]
@@ -200,6 +207,22 @@ class TrainLoop:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return grad_norm
+
+
+def check_resumed_length(cfg: TrainerConfig, saved_steps: int | None, ckpt: Path) -> None:
+    """A run resumed with another length (``trainer.max_steps`` raised to extend a finished run, say) follows
+    an unbroken run of the new length only when its rate does not depend on the length: under a decaying
+    schedule the resumed steps would take rates that neither run has. Checkpoints written before the length
+    was saved (``saved_steps`` None) are not checked."""
+    if saved_steps in (None, cfg.optimizer_steps) or cfg.lr_scheduler in LENGTH_FREE_SCHEDULERS:
+        return
+    raise ConfigError(
+        f"{ckpt} was written by a run of {saved_steps} optimizer steps under trainer.lr_scheduler="
+        f"{cfg.lr_scheduler}, whose rate depends on the run's length; resuming it at {cfg.optimizer_steps} "
+        f"would match no unbroken run. Resume with its own trainer.max_steps, or start over with "
+        f"trainer.resume=false (a schedule that does not depend on the length: "
+        f"{', '.join(LENGTH_FREE_SCHEDULERS)})"
+    )
 
 
 def make_loop(

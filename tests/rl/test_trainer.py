@@ -227,6 +227,25 @@ def test_resume_over_only_damaged_checkpoints_stops_and_sets_nothing_aside(tmp_p
     assert (tmp_path / "train_log.jsonl").read_text() == log_before  # no step trained, the log untouched
 
 
+def test_resuming_at_another_length_under_a_decaying_schedule_stops_with_the_way_out(tmp_path, model_dir):
+    """Raising trainer.max_steps to extend a finished run equals the longer unbroken run under a constant rate
+    (the corrupted-checkpoint test above extends 4 steps to 6); under a linear decay the resumed steps would
+    take rates no unbroken run has, so the resume stops with one line, before any step."""
+    args = ("trainer.save_every=1", "trainer.keep_checkpoints_when_done=true", "trainer.lr_scheduler=linear")
+    args += ("rollout=hf",)  # checkpoints, not the engine
+    first = subprocess.run(_train_cmd(tmp_path, *args, "trainer.max_steps=2"), capture_output=True)
+    assert first.returncode == 0, first.stderr[-3000:]
+    log_before = (tmp_path / "train_log.jsonl").read_text()
+    resume = _train_cmd(tmp_path, *args, "trainer.max_steps=4", "trainer.resume=true")
+    out = subprocess.run(resume, capture_output=True, text=True)
+    assert out.returncode == 2, out.stderr[-3000:]
+    error = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    assert "step_000002" in error[0] and "2 optimizer steps" in error[0], error
+    assert "trainer.lr_scheduler=linear" in error[0] and "trainer.max_steps" in error[0], error
+    assert (tmp_path / "train_log.jsonl").read_text() == log_before  # no step trained
+
+
 def test_a_bfloat16_policy_moves_at_a_small_learning_rate(tmp_path, model_dir):
     """One SFT step at lr 1e-6 of a model that computes in bfloat16, through the training entry point. Pure
     bfloat16 weights would keep ~0 of its updates (Adam's step ~ the lr, below half the spacing of bfloat16 at
