@@ -202,6 +202,15 @@ def test_corrupted_newest_checkpoint_resumes_from_the_older_one(tmp_path, model_
     assert final[0] == final[1]
 
 
+def _refused_resume(run_dir: Path, *args: str) -> str:
+    """`trainer.resume=true` in ``run_dir``, which must stop: exit 2, one ``error:`` line, no traceback."""
+    out = subprocess.run(_train_cmd(run_dir, *args, "trainer.resume=true"), capture_output=True, text=True)
+    assert out.returncode == 2, out.stderr[-3000:]
+    error = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    return error[0]
+
+
 def test_resume_over_only_damaged_checkpoints_stops_and_sets_nothing_aside(tmp_path, model_dir):
     """Every checkpoint damaged: `trainer.resume=true` ends with one line naming each and why, exit 2, and
     neither trains from step 0 nor moves the damaged checkpoints aside (a restart would hide the damage)."""
@@ -215,13 +224,9 @@ def test_resume_over_only_damaged_checkpoints_stops_and_sets_nothing_aside(tmp_p
         state = ckpt / "trainer_state.pt"
         state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
     log_before = (tmp_path / "train_log.jsonl").read_text()
-    resume = _train_cmd(tmp_path, *args, "trainer.max_steps=4", "trainer.resume=true")
-    out = subprocess.run(resume, capture_output=True, text=True)
-    assert out.returncode == 2, out.stderr[-3000:]
-    error = [line for line in out.stderr.splitlines() if line.startswith("error:")]
-    assert len(error) == 1 and "Traceback" not in out.stderr, out.stderr[-3000:]
-    assert "step_000001" in error[0] and "step_000002" in error[0] and "the manifest says" in error[0], error
-    assert "trainer.resume=false" in error[0]  # the way out, which keeps the damaged ones aside
+    error = _refused_resume(tmp_path, *args, "trainer.max_steps=4")
+    assert "step_000001" in error and "step_000002" in error and "the manifest says" in error, error
+    assert "trainer.resume=false" in error  # the way out, which keeps the damaged ones aside
     assert sorted(p.name for p in tmp_path.glob("checkpoints*")) == ["checkpoints"]  # nothing set aside
     assert sorted((tmp_path / "checkpoints").glob("step_*")) == ckpts
     assert (tmp_path / "train_log.jsonl").read_text() == log_before  # no step trained, the log untouched
@@ -236,13 +241,9 @@ def test_resuming_at_another_length_under_a_decaying_schedule_stops_with_the_way
     first = subprocess.run(_train_cmd(tmp_path, *args, "trainer.max_steps=2"), capture_output=True)
     assert first.returncode == 0, first.stderr[-3000:]
     log_before = (tmp_path / "train_log.jsonl").read_text()
-    resume = _train_cmd(tmp_path, *args, "trainer.max_steps=4", "trainer.resume=true")
-    out = subprocess.run(resume, capture_output=True, text=True)
-    assert out.returncode == 2, out.stderr[-3000:]
-    error = [line for line in out.stderr.splitlines() if line.startswith("error:")]
-    assert len(error) == 1 and "Traceback" not in out.stderr, out.stderr[-3000:]
-    assert "step_000002" in error[0] and "2 optimizer steps" in error[0], error
-    assert "trainer.lr_scheduler=linear" in error[0] and "trainer.max_steps" in error[0], error
+    error = _refused_resume(tmp_path, *args, "trainer.max_steps=4")
+    assert "step_000002" in error and "2 optimizer steps" in error, error
+    assert "trainer.lr_scheduler=linear" in error and "trainer.max_steps" in error, error
     assert (tmp_path / "train_log.jsonl").read_text() == log_before  # no step trained
 
 
