@@ -435,10 +435,18 @@ def test_make_with_control_lists_every_fgrpo_control_arm_its_tables_read():
     ]:
         assert arm(name)[0] - first == {change, f"experiment_name=fgrpo/control_grpo/{name}"}
         assert change not in first
-    # the format-first arm (an experiment file of its own) runs the F1 arm's overrides
-    format_first = [words for words in pipelines if "experiment=fgrpo/control_grpo_format_first" in words]
-    overrides = {frozenset(w for w in words if not w.startswith("seed=")) for words in format_first}
-    assert len(overrides) == 1
+    # the format-first arm (an experiment file of its own) runs the F1 arm's overrides, and the long arm those
+    # at 128 F-GRPO steps
+    long_arm = "experiment_name=fgrpo/control_grpo_format_first/hint_long"
+    file_arms = [words for words in pipelines if "experiment=fgrpo/control_grpo_format_first" in words]
+    format_first, long = ([w for w in file_arms if (long_arm in w) == flag] for flag in (False, True))
+    overrides, long_overrides = (
+        {frozenset(w for w in words if not w.startswith("seed=")) for words in made}
+        for made in (format_first, long)
+    )
+    assert len(overrides) == 1 and len(long_overrides) == 1
+    assert set(*long_overrides) - set(*overrides) == {"trainer.max_steps=128", long_arm}
+    assert set(*overrides) - set(*long_overrides) == set()
     assert set(*overrides) ^ arm("hint_gold_first_f1")[0] == {
         "experiment=fgrpo/control_grpo_format_first",
         "experiment=fgrpo/control_grpo",
@@ -450,8 +458,11 @@ def test_make_with_control_lists_every_fgrpo_control_arm_its_tables_read():
     control = results[results.experiment.str.startswith("fgrpo/control_grpo/")]
     committed = control.groupby(control.experiment.str.split("/").str[2]).seed.agg(set)
     assert {name: arm(name)[1] for name in named} == {name: set(committed.get(name, ())) for name in named}
-    ran = set(results[results.experiment.str.startswith("fgrpo/control_grpo_format_first/hint/")].seed)
-    assert {int(w.removeprefix("seed=")) for words in format_first for w in words if w[:5] == "seed="} == ran
+    for made, folder in ((format_first, "hint"), (long, "hint_long")):
+        prefix = f"fgrpo/control_grpo_format_first/{folder}/"
+        ran = set(results[results.experiment.str.startswith(prefix)].seed)
+        seeds = {int(w.removeprefix("seed=")) for words in made for w in words if w[:5] == "seed="}
+        assert seeds == ran, folder
 
 
 def test_the_format_first_arm_is_the_control_pipeline_with_a_format_stage_first():

@@ -143,7 +143,7 @@ control_rows() {  # control_rows <model>
   # gold-first warm start (2 steps of the hint SFT with the gold opening the slate, chosen on training users),
   # and that arm with the paper's F1 slate reward (it does not pay a blind slate) or sampled at T=1; last, the
   # F1 arm with the format-only warm start before its gold-first steps (an experiment file of its own: one
-  # more pipeline stage, run folders fgrpo/control_grpo_format_first/hint)
+  # more pipeline stage, run folders fgrpo/control_grpo_format_first/hint), and that arm at 128 F-GRPO steps
   local arm weak="task.construction=hint schedule.warmstart_target=gold_fixed schedule.sft_epochs=0.375"
   local lead="task.construction=hint schedule.warmstart_target=gold_first schedule.sft_epochs=0.125"
   local stop="task.delimiters_in_loss=true task.end_of_turn_in_rank=true"
@@ -155,7 +155,7 @@ control_rows() {  # control_rows <model>
     [hint_gold_first_t1]="$lead $stop trainer.sampling.temperature=1.0")
   local -A arm_seeds=([hint_partial]=0 [hint_weak]=0 [hint_weak_delimiters]="0 1 2" [hint_weak_kl]=0
     [hint_weak_stop]="0 1 2 5" [hint_weak_g8]="0 2 5" [hint_gold_first]="0 2 5" [hint_gold_first_f1]="2 5 0"
-    [hint_gold_first_t1]="2 5 0" [hint_format_first]="2 5 0")
+    [hint_gold_first_t1]="2 5 0" [hint_format_first]="2 5 0" [hint_format_first_long]="0 2 5")
   for arm in hint_partial hint_weak hint_weak_delimiters hint_weak_kl hint_weak_stop hint_weak_g8 \
     hint_gold_first hint_gold_first_f1 hint_gold_first_t1; do
     for SEED in ${arm_seeds[$arm]}; do
@@ -168,6 +168,13 @@ control_rows() {  # control_rows <model>
     # shellcheck disable=SC2086  # the F1 arm's overrides, a word each
     RUN_NAME=fgrpo/control_grpo_format_first/hint pipeline fgrpo/control_grpo_format_first "$m" \
       ${arms[hint_gold_first_f1]}
+  done
+  # the long arm: the format-first arm with its F-GRPO stage at 128 steps (the committed runs reused the
+  # format-first arm's format and warmstart stages; rerun here, they give the same weights)
+  for SEED in ${arm_seeds[hint_format_first_long]}; do
+    # shellcheck disable=SC2086  # the F1 arm's overrides, a word each
+    RUN_NAME=fgrpo/control_grpo_format_first/hint_long pipeline fgrpo/control_grpo_format_first "$m" \
+      ${arms[hint_gold_first_f1]} trainer.max_steps=128 experiment_name=fgrpo/control_grpo_format_first/hint_long
   done
   SEED=0
 }
