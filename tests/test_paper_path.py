@@ -414,13 +414,15 @@ def test_make_with_control_lists_every_fgrpo_control_arm_its_tables_read():
 
     assert not [arm for arm in sorted(arms) if not any(runs(arm, words) for words in lines)]
 
-    def arm(name: str) -> tuple[set[str], set[int]]:
-        """The overrides of an arm's pipelines (one set for every seed) and the seeds they run."""
-        made = [words for words in lines if runs(name, words)]
+    def overrides_and_seeds(made: list[list[str]], name: str) -> tuple[set[str], set[int]]:
+        """The overrides of one arm's pipelines ``made`` (one set for every seed) and the seeds they run."""
         overrides = {frozenset(w for w in words if not w.startswith("seed=")) for words in made}
         assert len(overrides) == 1, name
         seeds = {int(w.removeprefix("seed=")) for words in made for w in words if w.startswith("seed=")}
         return set(*overrides), seeds
+
+    def arm(name: str) -> tuple[set[str], set[int]]:
+        return overrides_and_seeds([words for words in lines if runs(name, words)], name)
 
     g8, _ = arm("hint_weak_g8")
     assert {"trainer.group_size=8", "task.end_of_turn_in_rank=true", "schedule.sft_epochs=0.375"} <= g8
@@ -439,15 +441,13 @@ def test_make_with_control_lists_every_fgrpo_control_arm_its_tables_read():
     # at 128 F-GRPO steps
     long_arm = "experiment_name=fgrpo/control_grpo_format_first/hint_long"
     file_arms = [words for words in pipelines if "experiment=fgrpo/control_grpo_format_first" in words]
-    format_first, long = ([w for w in file_arms if (long_arm in w) == flag] for flag in (False, True))
-    overrides, long_overrides = (
-        {frozenset(w for w in words if not w.startswith("seed=")) for words in made}
-        for made in (format_first, long)
+    format_first, long = (
+        overrides_and_seeds([w for w in file_arms if (long_arm in w) == flag], name)
+        for flag, name in ((False, "hint"), (True, "hint_long"))
     )
-    assert len(overrides) == 1 and len(long_overrides) == 1
-    assert set(*long_overrides) - set(*overrides) == {"trainer.max_steps=128", long_arm}
-    assert set(*overrides) - set(*long_overrides) == set()
-    assert set(*overrides) ^ arm("hint_gold_first_f1")[0] == {
+    assert long[0] - format_first[0] == {"trainer.max_steps=128", long_arm}
+    assert format_first[0] - long[0] == set()
+    assert format_first[0] ^ arm("hint_gold_first_f1")[0] == {
         "experiment=fgrpo/control_grpo_format_first",
         "experiment=fgrpo/control_grpo",
         "experiment_name=fgrpo/control_grpo/hint_gold_first_f1",
@@ -458,11 +458,9 @@ def test_make_with_control_lists_every_fgrpo_control_arm_its_tables_read():
     control = results[results.experiment.str.startswith("fgrpo/control_grpo/")]
     committed = control.groupby(control.experiment.str.split("/").str[2]).seed.agg(set)
     assert {name: arm(name)[1] for name in named} == {name: set(committed.get(name, ())) for name in named}
-    for made, folder in ((format_first, "hint"), (long, "hint_long")):
+    for (_, seeds), folder in ((format_first, "hint"), (long, "hint_long")):
         prefix = f"fgrpo/control_grpo_format_first/{folder}/"
-        ran = set(results[results.experiment.str.startswith(prefix)].seed)
-        seeds = {int(w.removeprefix("seed=")) for words in made for w in words if w[:5] == "seed="}
-        assert seeds == ran, folder
+        assert seeds == set(results[results.experiment.str.startswith(prefix)].seed), folder
 
 
 def test_the_format_first_arm_is_the_control_pipeline_with_a_format_stage_first():
